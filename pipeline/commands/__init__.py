@@ -1,0 +1,1 @@
+"""One module per CLI command; each defines ``command`` (a click command). cli.py finds them."""

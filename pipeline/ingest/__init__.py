@@ -1,0 +1,1 @@
+"""Ingest: files -> readers -> validation -> atomic warehouse commits."""

@@ -1,0 +1,95 @@
+"""Open input files: plain, gzip or zstd, as a stream of decompressed bytes."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+import zstandard
+
+from pipeline.readers.base import InputError
+
+HEAD_BYTES = 64 * 1024
+BLOCK_BYTES = 8 * 1024 * 1024
+INPUT_SUFFIXES = (".jsonl", ".json", ".ndjson", ".csv", ".log", ".txt", ".toml", ".parquet")
+
+
+def compression(path: Path) -> str | None:
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        return "gzip"
+    if name.endswith(".zst") or name.endswith(".zstd"):
+        return "zstd"
+    return None
+
+
+def open_decompressed(path: Path) -> BinaryIO:
+    """A binary stream of the file's decompressed content."""
+    kind = compression(path)
+    raw = open(path, "rb")  # noqa: SIM115 - the returned stream owns it
+    if kind == "gzip":
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    if kind == "zstd":
+        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)  # type: ignore[return-value]
+    return raw
+
+
+def iter_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
+    """Decompressed blocks; a truncated or corrupt compressed stream raises InputError at the end."""
+    with open_decompressed(path) as f:
+        while True:
+            try:
+                block = f.read(block_bytes)
+            except (EOFError, gzip.BadGzipFile, zstandard.ZstdError, OSError) as exc:
+                raise InputError(f"compressed stream is truncated or corrupt ({exc})") from exc
+            if not block:
+                return
+            yield block
+
+
+def read_head(path: Path, n: int = HEAD_BYTES) -> bytes:
+    """Up to n decompressed bytes from the start (b"" for an empty file).
+
+    A truncated compressed file still yields the bytes before the damage; InputError only when
+    nothing at all can be read.
+    """
+    buf = bytearray()
+    try:
+        with open_decompressed(path) as f:
+            while len(buf) < n:
+                chunk = f.read(min(4096, n - len(buf)))
+                if not chunk:
+                    break
+                buf += chunk
+    except (EOFError, zstandard.ZstdError, OSError) as exc:
+        if not buf:
+            raise InputError(f"cannot read: {exc}") from exc
+    return bytes(buf)
+
+
+def is_binary(head: bytes) -> bool:
+    """Text logs never contain NUL bytes; most binary files do within their first 64 KiB."""
+    return b"\x00" in head
+
+
+def sha256_file(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def discover(paths: list[Path]) -> list[Path]:
+    """Files under the given paths (recursive), sorted; hidden files and folders skipped."""
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            out.extend(
+                f
+                for f in sorted(p.rglob("*"))
+                if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts)
+            )
+        else:
+            out.append(p)
+    return out

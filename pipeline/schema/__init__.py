@@ -1,0 +1,1 @@
+"""The contract: our log record (pydantic) and the warehouse tables (Arrow)."""

@@ -1,0 +1,147 @@
+"""Arrow schemas of the warehouse tables, with the unit and meaning of every column.
+
+Each table is declared once here; the Parquet writer, the JSON documentation in ``schemas/`` and the
+docs are all generated from these declarations. Definitions follow ``docs/metrics.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    unit: str
+    doc: str
+    nullable: bool = True
+
+
+S = pa.string()
+F = pa.float64()
+I64 = pa.int64()
+I32 = pa.int32()
+B = pa.bool_()
+TS = pa.timestamp("us", tz="UTC")
+
+# The partition column: written as a Hive directory (day=YYYY-MM-DD), not inside the files.
+PARTITION = Column("day", S, "", "UTC date of arrival (YYYY-MM-DD) or 'unknown'; Hive partition.")
+
+REQUESTS: tuple[Column, ...] = (
+    Column("request_id", S, "", "Request id, unique within its run.", nullable=False),
+    Column("run_id", S, "", "Benchmark run or serving session.", nullable=False),
+    Column("source_format", S, "", "Reader that produced the row (native, vllm_bench, ...).", False),
+    Column("source_file", S, "", "Path of the input file.", nullable=False),
+    Column("source_line", I64, "", "1-based line (or record index) in the input file."),
+    Column("server", S, "", "Engine instance that served it."),
+    Column("model", S, "", "Model name as logged."),
+    Column("gpu", S, "", "Accelerator type."),
+    Column("gpu_count", I32, "GPUs", "GPUs serving one replica."),
+    Column("engine", S, "", "Serving engine."),
+    Column("engine_version", S, "", "Serving engine version."),
+    Column("max_num_seqs", I32, "sequences", "Max concurrent sequences per step."),
+    Column("max_batched_tokens", I32, "tokens", "Max tokens per engine step."),
+    Column("chunked_prefill", B, "", "Chunked prefill enabled."),
+    Column("attention", S, "", "Attention implementation."),
+    Column("weight_dtype", S, "", "Weight dtype."),
+    Column("kv_dtype", S, "", "KV-cache dtype."),
+    Column("prompt_tokens", I64, "tokens", "Input tokens."),
+    Column("cached_tokens", I64, "tokens", "Prompt tokens served from a prefix cache."),
+    Column("output_tokens", I64, "tokens", "Generated tokens."),
+    Column("clock", S, "", "Clock of t_arrival: 'unix' or 'relative'.", nullable=False),
+    Column("t_arrival", F, "s", "Arrival on the request's own clock.", nullable=False),
+    Column("arrival_at", TS, "UTC", "Absolute arrival time; null when the log has no wall clock."),
+    Column("queue_s", F, "s", "scheduled - arrival."),
+    Column("prefill_s", F, "s", "first_token - scheduled."),
+    Column("ttft_s", F, "s", "first_token - arrival."),
+    Column("decode_s", F, "s", "finish - first_token."),
+    Column("tpot_s", F, "s/token", "decode / (output_tokens - 1), when output_tokens > 1."),
+    Column("e2e_s", F, "s", "finish - arrival."),
+    Column("n_emissions", I32, "", "Rows this request has in `tokens` (0 if none logged)."),
+    Column("status", S, "", "'ok', 'error' or 'cancelled'.", nullable=False),
+    Column("error", S, "", "Error message."),
+)
+
+TOKENS: tuple[Column, ...] = (
+    Column("request_id", S, "", "Request id.", nullable=False),
+    Column("run_id", S, "", "Run id.", nullable=False),
+    Column("token_index", I32, "", "0-based index of the emission (token or chunk).", False),
+    Column("t_s", F, "s", "Emission time since the request's arrival.", nullable=False),
+    Column("n_tokens", I32, "tokens", "Tokens carried by this emission (1 per token).", False),
+    Column("gap_s", F, "s", "Time since the previous emission (ITL); null for the first."),
+)
+
+QUARANTINE: tuple[Column, ...] = (
+    Column("source_file", S, "", "Input file.", nullable=False),
+    Column("source_format", S, "", "Reader that rejected the record.", nullable=False),
+    Column("line", I64, "", "1-based line (or record index); 0 for the whole file."),
+    Column("reason", S, "", "Why the record was not ingested.", nullable=False),
+    Column("raw", S, "", "The raw record (first 64 KiB)."),
+    Column("file_sha256", S, "", "Content hash of the input file.", nullable=False),
+)
+
+RUNS: tuple[Column, ...] = (
+    Column("run_id", S, "", "Run id.", nullable=False),
+    Column("source_format", S, "", "Reader.", nullable=False),
+    Column("source_file", S, "", "Input file.", nullable=False),
+    Column("model", S, "", "Model."),
+    Column("backend", S, "", "Backend or engine the tool drove."),
+    Column("request_rate", F, "req/s", "Target request rate (inf = all at once)."),
+    Column("max_concurrency", I64, "requests", "Client concurrency limit."),
+    Column("started_at", TS, "UTC", "Run start."),
+    Column("metadata_json", S, "", "Other run metadata and engine arguments, as JSON."),
+)
+
+ARRIVALS: tuple[Column, ...] = (
+    Column("run_id", S, "", "Trace id.", nullable=False),
+    Column("source_format", S, "", "Reader.", nullable=False),
+    Column("source_file", S, "", "Input file.", nullable=False),
+    Column("source_line", I64, "", "1-based line."),
+    Column("request_id", S, "", "Request id within the trace.", nullable=False),
+    Column("t_arrival", F, "s", "Arrival, seconds since the trace's first arrival.", False),
+    Column("arrival_at", TS, "UTC", "Absolute arrival, when the trace has one."),
+    Column("prompt_tokens", I64, "tokens", "Input tokens."),
+    Column("output_tokens", I64, "tokens", "Output tokens."),
+    Column("prefix_hash_ids", pa.list_(I64), "", "Prefix-cache block hash ids (Mooncake)."),
+)
+
+RUN_SUMMARIES: tuple[Column, ...] = (
+    Column("run_id", S, "", "Run id.", nullable=False),
+    Column("source_format", S, "", "Reader.", nullable=False),
+    Column("source_file", S, "", "Input file.", nullable=False),
+    Column("metric", S, "", "The tool's own metric name, as written.", nullable=False),
+    Column("value", F, "", "Its value, in the tool's own unit (see metric name).", False),
+)
+
+TABLES: dict[str, tuple[Column, ...]] = {
+    "requests": REQUESTS,
+    "tokens": TOKENS,
+    "quarantine": QUARANTINE,
+    "runs": RUNS,
+    "arrivals": ARRIVALS,
+    "run_summaries": RUN_SUMMARIES,
+}
+# Tables partitioned by arrival day; the others are small and unpartitioned.
+PARTITIONED = frozenset({"requests", "tokens", "arrivals"})
+
+
+def arrow_schema(table: str) -> pa.Schema:
+    """The Arrow schema of a table's Parquet files (without the partition column)."""
+    return pa.schema(
+        [
+            pa.field(c.name, c.type, nullable=c.nullable, metadata={"unit": c.unit, "doc": c.doc})
+            for c in TABLES[table]
+        ]
+    )
+
+
+def describe(table: str) -> list[dict[str, str | bool]]:
+    """Columns as plain dicts, for docs and the exported schema files."""
+    cols = list(TABLES[table]) + ([PARTITION] if table in PARTITIONED else [])
+    return [
+        {"name": c.name, "type": str(c.type), "unit": c.unit, "nullable": c.nullable, "doc": c.doc}
+        for c in cols
+    ]
