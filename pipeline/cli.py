@@ -13,6 +13,7 @@ import click
 import pipeline.commands
 from pipeline import __version__
 
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="pipeline")
 def main() -> None:

@@ -47,7 +47,11 @@ def _polars_dtype(annotation: object) -> pl.DataType:
 CANONICAL_SCHEMA: dict[str, pl.DataType] = {
     name: _polars_dtype(f.annotation) for name, f in RequestRecord.model_fields.items()
 }
-QUARANTINE_SCHEMA: dict[str, pl.DataType] = {"line": pl.Int64(), "reason": pl.Utf8(), "raw": pl.Utf8()}
+QUARANTINE_SCHEMA: dict[str, pl.DataType] = {
+    "line": pl.Int64(),
+    "reason": pl.Utf8(),
+    "raw": pl.Utf8(),
+}
 
 
 @dataclass

@@ -47,7 +47,8 @@ class RequestRecord(BaseModel):
         None, description="Benchmark run or serving session; defaults to the source file's name."
     )
     server: str | None = Field(
-        None, description="Engine instance (host:port, pod) that served it; batches form per server."
+        None,
+        description="Engine instance (host:port, pod) that served it; batches form per server.",
     )
     model: str | None = Field(None, description="Model name as the server reports it.")
     gpu: str | None = Field(None, description="Accelerator type, e.g. 'H100-SXM'.")

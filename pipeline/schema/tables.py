@@ -33,7 +33,9 @@ PARTITION = Column("day", S, "", "UTC date of arrival (YYYY-MM-DD) or 'unknown';
 REQUESTS: tuple[Column, ...] = (
     Column("request_id", S, "", "Request id, unique within its run.", nullable=False),
     Column("run_id", S, "", "Benchmark run or serving session.", nullable=False),
-    Column("source_format", S, "", "Reader that produced the row (native, vllm_bench, ...).", False),
+    Column(
+        "source_format", S, "", "Reader that produced the row (native, vllm_bench, ...).", False
+    ),
     Column("source_file", S, "", "Path of the input file.", nullable=False),
     Column("source_line", I64, "", "1-based line (or record index) in the input file."),
     Column("server", S, "", "Engine instance that served it."),
@@ -70,7 +72,7 @@ TOKENS: tuple[Column, ...] = (
     Column("run_id", S, "", "Run id.", nullable=False),
     Column("token_index", I32, "", "0-based index of the emission (token or chunk).", False),
     Column("t_s", F, "s", "Emission time since the request's arrival.", nullable=False),
-    Column("n_tokens", I32, "tokens", "Tokens carried by this emission (1 per token).", False),
+    Column("n_tokens", I32, "tokens", "Tokens in this emission (1 per token); null if unknown."),
     Column("gap_s", F, "s", "Time since the previous emission (ITL); null for the first."),
 )
 

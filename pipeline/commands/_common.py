@@ -1,0 +1,30 @@
+"""Options and helpers shared by the commands."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.console import Console
+
+from pipeline.warehouse.layout import Layout, warehouse_path
+
+warehouse_option = click.option(
+    "--warehouse",
+    "-w",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Warehouse folder [default: $PIPELINE_WAREHOUSE or ./warehouse].",
+)
+
+
+def layout_for(warehouse: str | None) -> Layout:
+    return Layout(warehouse_path(warehouse))
+
+
+def console(quiet: bool = False) -> Console:
+    return Console(stderr=True, quiet=quiet)
+
+
+def interactive() -> bool:
+    return sys.stderr.isatty()

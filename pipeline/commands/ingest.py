@@ -1,0 +1,120 @@
+"""``pipeline ingest``: read logs into the warehouse."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from pipeline.commands._common import console, interactive, layout_for, warehouse_option
+from pipeline.errors import EXIT_FAILED_CHECK, UserError
+from pipeline.ingest.metadata import MetadataError, parse_sets
+from pipeline.ingest.run import IngestOptions, ingest_paths, input_files, totals
+from pipeline.readers.registry import by_name
+
+
+@click.command("ingest")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@warehouse_option
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="COLUMN=VALUE",
+    help="Metadata the logs lack, e.g. --set gpu=H100-SXM --set gpu_count=8 (repeatable).",
+)
+@click.option("--format", "fmt", default=None, help="Force a reader (see `pipeline formats`).")
+@click.option("--strict", is_flag=True, help="Exit 1 if any record was quarantined.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary table.")
+@click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON on stdout.")
+@click.option(
+    "--max-line-mb", default=32, show_default=True, help="Quarantine lines longer than this."
+)
+def command(paths, warehouse, sets, fmt, strict, quiet, as_json, max_line_mb):
+    """Read serving logs (files or folders, recursive; plain, .gz or .zst) into the warehouse.
+
+    Every record ends up in the warehouse or in quarantine with its file, line and reason; a
+    file already ingested (same content hash) is skipped, so re-running is safe. Metadata a log
+    lacks comes from --set or from a run manifest beside the log (<file>.run.toml or run.toml
+    in its folder); both only fill what the log leaves empty, and --set wins.
+
+    \b
+    Example:
+      pipeline ingest logs/ --set gpu=H100-SXM --set gpu_count=1
+      pipeline query --sql "SELECT reason, count(*) FROM quarantine GROUP BY 1"
+    """
+    try:
+        options = IngestOptions(
+            fmt=fmt, sets=parse_sets(list(sets)), max_line_bytes=max_line_mb * 1024 * 1024
+        )
+        if fmt:
+            by_name(fmt)
+    except (MetadataError, KeyError) as exc:
+        raise UserError(str(exc).strip('"')) from None
+    layout = layout_for(warehouse)
+    out = console(quiet)
+    files = input_files(list(paths))
+    if not files:
+        raise UserError(f"no files found under {', '.join(map(str, paths))}")
+    progress = Progress(
+        TextColumn("[bold]ingest"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("files · {task.fields[rows]:,} requests"),
+        TimeElapsedColumn(),
+        console=out,
+        disable=quiet or not interactive(),
+        transient=True,
+    )
+    with progress:
+        task = progress.add_task("ingest", total=len(files), rows=0)
+        rows = [0]
+
+        def on_batch(n: int) -> None:
+            rows[0] += n
+            progress.update(task, rows=rows[0])
+
+        results = ingest_paths(
+            list(paths),
+            layout,
+            options,
+            on_file=lambda r: progress.advance(task),
+            on_batch=on_batch,
+        )
+    t = totals(results)
+    if as_json:
+        click.echo(json.dumps({"warehouse": str(layout.root), **t}))
+    if not quiet:
+        _print_summary(out, results, t, layout.root)
+    if strict and t["quarantined"]:
+        raise SystemExit(EXIT_FAILED_CHECK)
+
+
+def _print_summary(out, results, t, root) -> None:
+    table = Table(title=f"ingest into {root}", show_edge=False)
+    for col in ("file", "format", "status", "read", "ingested", "quarantined", "duplicates"):
+        table.add_column(col, justify="left" if col in ("file", "format", "status") else "right")
+    for r in results[:30]:
+        c = r.counts
+        table.add_row(
+            str(r.path),
+            r.format or "",
+            r.status,
+            *(f"{c.get(k, 0):,}" for k in ("read", "ingested", "quarantined", "duplicates")),
+        )
+    if len(results) > 30:
+        table.add_row(f"... {len(results) - 30} more files", "", "", "", "", "", "")
+    out.print(table)
+    out.print(
+        f"files: {t['files']} ({t['already']} already ingested) · read {t['read']:,} · "
+        f"ingested {t['ingested']:,} · quarantined {t['quarantined']:,} · "
+        f"duplicates skipped {t['duplicates']:,} · arrivals {t['arrivals']:,} · "
+        f"token rows {t['tokens']:,}"
+    )
+    if t["quarantined"]:
+        out.print(
+            'see why: pipeline query --sql "SELECT source_file, line, reason FROM quarantine"'
+        )

@@ -1,0 +1,92 @@
+"""Split a decompressed byte stream into chunks of whole lines, with line numbers.
+
+Line boundaries are found with numpy over whole chunks; no Python loop per line. Lines longer
+than ``max_line_bytes`` are never held in memory whole: they are skipped while streaming and
+reported, so a 50 MB single line cannot blow the memory bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+_WS = np.zeros(256, dtype=bool)
+_WS[[0x20, 0x09, 0x0D, 0x0A]] = True
+
+
+@dataclass
+class LineChunk:
+    data: bytes  # whole lines, each ending in b"\n" (the last may lack it at end of file)
+    starts: np.ndarray  # byte offset of each non-blank line in data
+    ends: np.ndarray  # end offset (exclusive, without the newline)
+    line_numbers: np.ndarray  # 1-based line number in the file of each non-blank line
+
+    def line(self, i: int) -> bytes:
+        return self.data[int(self.starts[i]) : int(self.ends[i])]
+
+
+@dataclass
+class OverlongLine:
+    line_number: int
+    head: bytes  # the first bytes of the skipped line, for the quarantine record
+    size: int
+
+
+def _index(data: bytes, first_line: int) -> LineChunk:
+    arr = np.frombuffer(data, dtype=np.uint8)
+    nl = np.flatnonzero(arr == 0x0A)
+    ends = nl if (len(data) and data[-1:] == b"\n") else np.append(nl, len(data))
+    starts = np.concatenate(([0], nl + 1))[: len(ends)]
+    # A line is blank when it holds whitespace only: count non-whitespace bytes per line.
+    nonws = np.concatenate(([0], np.cumsum(~_WS[arr], dtype=np.int64)))
+    keep = (nonws[ends] - nonws[starts]) > 0
+    numbers = np.arange(first_line, first_line + len(ends), dtype=np.int64)
+    return LineChunk(data, starts[keep], ends[keep], numbers[keep])
+
+
+def iter_line_chunks(
+    blocks: Iterable[bytes], chunk_bytes: int, max_line_bytes: int
+) -> Iterator[LineChunk | OverlongLine]:
+    """Yield LineChunks of about chunk_bytes, and an OverlongLine for each line over the limit."""
+    pending = bytearray()
+    line_no = 1  # file line number of the first line in `pending`
+    skipping: OverlongLine | None = None  # an over-long line whose end we have not seen yet
+    for block in blocks:
+        if skipping is not None:
+            nl = block.find(b"\n")
+            if nl < 0:
+                skipping.size += len(block)
+                continue
+            skipping.size += nl
+            yield skipping
+            line_no, skipping = skipping.line_number + 1, None
+            block = block[nl + 1 :]
+        pending += block
+        while len(pending) >= chunk_bytes:
+            cut = pending.rfind(b"\n", 0, chunk_bytes)
+            if cut < 0:  # the first line alone is longer than a chunk
+                cut = pending.find(b"\n", chunk_bytes)
+                if cut < 0:
+                    if len(pending) > max_line_bytes:
+                        skipping = OverlongLine(line_no, bytes(pending[:1024]), len(pending))
+                        pending.clear()
+                    break
+                if cut > max_line_bytes:
+                    yield OverlongLine(line_no, bytes(pending[: min(cut, 1024)]), cut)
+                    del pending[: cut + 1]
+                    line_no += 1
+                    continue
+            data = bytes(pending[: cut + 1])
+            del pending[: cut + 1]
+            chunk = _index(data, line_no)
+            if len(chunk.starts):
+                yield chunk
+            line_no += data.count(b"\n")
+    if skipping is not None:
+        yield skipping
+    elif len(pending) > max_line_bytes:
+        yield OverlongLine(line_no, bytes(pending[:1024]), len(pending))
+    elif pending:
+        yield _index(bytes(pending), line_no)

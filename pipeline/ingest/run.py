@@ -1,0 +1,367 @@
+"""Ingest files into the warehouse: detect, read, validate, deduplicate, commit atomically.
+
+Counts always add up, per file: ``read = ingested + quarantined + duplicates + arrivals``. A file
+that cannot be read at all (binary, unknown format, a reader failure) counts as one quarantined
+record with line 0; a truncated compressed file keeps the records before the damage and adds one
+quarantined record for the lost tail.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import polars as pl
+
+from pipeline.ingest import metadata
+from pipeline.ingest.sources import discover, is_binary, read_head, sha256_file
+from pipeline.ingest.validate import validate
+from pipeline.readers.base import InputError, ReadContext, Reader, ReaderOutput
+from pipeline.readers.registry import by_name, detect
+from pipeline.warehouse.layout import Layout
+from pipeline.warehouse.writer import StagedWrite
+
+COUNT_KEYS = ("read", "ingested", "quarantined", "duplicates", "arrivals", "tokens", "summaries")
+_HASH_SEED = 0x5EED
+
+
+@dataclass
+class FileResult:
+    path: Path
+    status: str  # ingested | already | busy | empty | skipped
+    format: str | None = None
+    sha256: str | None = None
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNT_KEYS, 0))
+    message: str = ""
+
+
+@dataclass
+class IngestOptions:
+    fmt: str | None = None
+    sets: dict[str, object] = field(default_factory=dict)
+    max_line_bytes: int = 32 * 1024 * 1024
+
+
+def default_run_id(path: Path, sha: str) -> str:
+    stem = path.name
+    for suffix in (".gz", ".zst", ".zstd", ".jsonl", ".json", ".ndjson", ".csv", ".log", ".txt"):
+        stem = stem.removesuffix(suffix)
+    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', stem)}-{sha[:8]}"
+
+
+def _key_hash(df: pl.DataFrame) -> np.ndarray:
+    return df.select(pl.struct("run_id", "request_id").hash(seed=_HASH_SEED)).to_series().to_numpy()
+
+
+class _Dedup:
+    """Remembers (run_id, request_id) keys seen in this file and already in the warehouse."""
+
+    def __init__(self, layout: Layout):
+        self.layout = layout
+        self.seen: set[int] = set()
+        self.runs_loaded: set[str] = set()
+
+    def _load_run(self, run_ids: list[str]) -> None:
+        new = [r for r in run_ids if r not in self.runs_loaded]
+        if not new:
+            return
+        self.runs_loaded.update(new)
+        files = [str(p) for p in self.layout.committed_files("requests")]
+        if not files:
+            return
+        existing = pl.from_arrow(
+            duckdb.connect()
+            .execute(
+                "SELECT run_id, request_id FROM read_parquet(?) WHERE list_contains(?, run_id)",
+                [files, new],
+            )
+            .arrow()
+        )
+        if isinstance(existing, pl.DataFrame) and existing.height:
+            self.seen.update(_key_hash(existing).tolist())
+
+    def split(self, df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+        """Rows whose key is new, and how many duplicates were dropped."""
+        if df.height == 0:
+            return df, 0
+        self._load_run(df["run_id"].unique().to_list())
+        keys = _key_hash(df)
+        first = df.select(pl.struct("run_id", "request_id").is_first_distinct()).to_series()
+        fresh = first.to_numpy() & ~np.isin(keys, np.fromiter(self.seen, np.uint64))
+        self.seen.update(keys[fresh].tolist())
+        return df.filter(pl.Series(fresh)), int((~fresh).sum())
+
+
+def _quarantine_frame(q: pl.DataFrame, source_file: str, fmt: str, sha: str) -> pl.DataFrame:
+    return q.select(
+        source_file=pl.lit(source_file),
+        source_format=pl.lit(fmt),
+        line=pl.col("line").cast(pl.Int64),
+        reason=pl.col("reason"),
+        raw=pl.col("raw").str.slice(0, 64 * 1024),
+        file_sha256=pl.lit(sha),
+    )
+
+
+def _with_source(df: pl.DataFrame | None, source_file: str, fmt: str) -> pl.DataFrame | None:
+    if df is None or df.height == 0:
+        return None
+    return df.with_columns(source_file=pl.lit(source_file), source_format=pl.lit(fmt))
+
+
+def _arrivals(df: pl.DataFrame | None, source_file: str, fmt: str) -> pl.DataFrame | None:
+    df = _with_source(df, source_file, fmt)
+    if df is None:
+        return None
+    day = pl.col("arrival_at").dt.strftime("%Y-%m-%d").fill_null("unknown")
+    return df.with_columns(day=day)
+
+
+class Ingestor:
+    def __init__(
+        self,
+        layout: Layout,
+        options: IngestOptions,
+        on_batch: Callable[[int], None] | None = None,
+    ):
+        self.layout = layout
+        self.options = options
+        self.on_batch = on_batch or (lambda n: None)
+        layout.ensure()
+
+    # -- file level ----------------------------------------------------------------------
+    def known_sha(self) -> dict[tuple[str, int, int], str]:
+        return {
+            (m.get("path", ""), m.get("size", -1), m.get("mtime_ns", -1)): m["sha256"]
+            for m in self.layout.manifests()
+        }
+
+    def ingest_file(self, path: Path, known: dict | None = None) -> FileResult:
+        st = path.stat()
+        ident = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+        sha = (known or {}).get(ident)
+        if sha is None:
+            sha = sha256_file(path)
+        result = FileResult(path=path, status="already", sha256=sha)
+        if self.layout.manifest_file(sha).exists():
+            result.message = "already ingested (same content hash)"
+            return result
+        with self.layout.lock(sha[:16]) as got:
+            if not got:
+                result.status, result.message = "busy", "being ingested by another process"
+                return result
+            if self.layout.manifest_file(sha).exists():
+                result.message = "already ingested (same content hash)"
+                return result
+            for orphan in self.layout.data_files_of(sha[:16]):
+                orphan.unlink(missing_ok=True)  # left by a killed run of this same file
+            return self._ingest_locked(path, sha, ident, result)
+
+    def _ingest_locked(self, path: Path, sha: str, ident: tuple, result: FileResult) -> FileResult:
+        source = str(path)
+        staged = StagedWrite(self.layout, sha)
+        counts = result.counts
+        fmt = self.options.fmt or "unknown"
+        self._counts = dict.fromkeys(COUNT_KEYS, 0)
+        try:
+            try:
+                head = read_head(path)
+            except InputError as exc:
+                head, result.message = None, str(exc)
+            reader: Reader | None = None
+            if head is not None and len(head) == 0:
+                result.status, result.message = "empty", "empty file, nothing to ingest"
+            elif head is None:
+                self._file_problem(staged, source, fmt, sha, f"cannot read file: {result.message}")
+            elif is_binary(head):
+                self._file_problem(
+                    staged,
+                    source,
+                    fmt,
+                    sha,
+                    "binary file (NUL bytes in its first 64 KiB), not a text log",
+                )
+            else:
+                reader = by_name(self.options.fmt) if self.options.fmt else detect(path, head)
+                if reader is None:
+                    self._file_problem(
+                        staged,
+                        source,
+                        fmt,
+                        sha,
+                        "unrecognised format; force one with --format NAME "
+                        "(`pipeline formats` lists them) or describe it with a mapping file",
+                    )
+            if reader is not None:
+                fmt = reader.name
+                self._read_all(reader, path, sha, staged, fmt)
+            counts.update({k: counts.get(k, 0) + v for k, v in self._counts.items()})
+            if result.status != "empty":
+                result.status = "ingested"
+            result.format = fmt
+            staged.commit(
+                {
+                    "sha256": sha,
+                    "path": ident[0],
+                    "size": ident[1],
+                    "mtime_ns": ident[2],
+                    "format": fmt,
+                    "counts": counts,
+                    "status": result.status,
+                    "ingested_at": dt.datetime.now(dt.UTC).isoformat(),
+                }
+            )
+        except BaseException:
+            staged.abort()
+            raise
+        return result
+
+    def _file_problem(self, staged: StagedWrite, source: str, fmt: str, sha: str, reason: str):
+        q = pl.DataFrame(
+            {"line": [0], "reason": [reason], "raw": [None]},
+            schema={"line": pl.Int64, "reason": pl.Utf8, "raw": pl.Utf8},
+        )
+        staged.add("quarantine", _quarantine_frame(q, source, fmt, sha))
+        self._counts.update(read=1, quarantined=1)
+
+    def _read_all(self, reader: Reader, path: Path, sha: str, staged: StagedWrite, fmt: str):
+        source = str(path)
+        c = dict.fromkeys(COUNT_KEYS, 0)
+        ctx = ReadContext(
+            path=path,
+            default_run_id=default_run_id(path, sha),
+            max_line_bytes=self.options.max_line_bytes,
+        )
+        fill = {**metadata.run_manifest(path), **self.options.sets}
+        dedup = _Dedup(self.layout)
+        last_line = 0
+        try:
+            for out in reader.read(ctx):
+                last_line = max(last_line, self._batch(out, ctx, fill, dedup, staged, c, fmt, sha))
+        except InputError as exc:
+            self._add_quarantine(
+                staged, c, source, fmt, sha, last_line + 1, f"input ends early: {exc}"
+            )
+        except Exception as exc:  # a reader bug must not lose the file nor show a traceback
+            staged.reset()
+            c = dict.fromkeys(COUNT_KEYS, 0)
+            self._add_quarantine(
+                staged,
+                c,
+                source,
+                fmt,
+                sha,
+                0,
+                f"reader {fmt!r} failed on this file ({type(exc).__name__}: {exc}); "
+                "please report it with the file",
+            )
+        self._counts = c
+
+    def _add_quarantine(self, staged, c, source, fmt, sha, line, reason) -> None:
+        q = pl.DataFrame(
+            {"line": [line], "reason": [reason], "raw": [None]},
+            schema={"line": pl.Int64, "reason": pl.Utf8, "raw": pl.Utf8},
+        )
+        staged.add("quarantine", _quarantine_frame(q, source, fmt, sha))
+        c["read"] += 1
+        c["quarantined"] += 1
+
+    def _batch(
+        self,
+        out: ReaderOutput,
+        ctx: ReadContext,
+        fill: dict[str, object],
+        dedup: _Dedup,
+        staged: StagedWrite,
+        c: dict[str, int],
+        fmt: str,
+        sha: str,
+    ) -> int:
+        source = str(ctx.path)
+        last_line = 0
+        if out.quarantine is not None and out.quarantine.height:
+            staged.add("quarantine", _quarantine_frame(out.quarantine, source, fmt, sha))
+            c["read"] += out.quarantine.height
+            c["quarantined"] += out.quarantine.height
+            last_line = int(out.quarantine["line"].max() or 0)
+        if out.requests is not None and out.requests.height:
+            req = out.requests.with_columns(pl.col("run_id").fill_null(ctx.default_run_id))
+            req = metadata.apply(req, fill)
+            c["read"] += req.height
+            last_line = max(last_line, int(req["source_line"].max() or 0))
+            req, dups = dedup.split(req)
+            c["duplicates"] += dups
+            v = validate(req, fmt, source)
+            staged.add("requests", v.requests)
+            staged.add("tokens", v.tokens)
+            staged.add("quarantine", _quarantine_frame(v.rejected, source, fmt, sha))
+            c["ingested"] += v.requests.height
+            c["tokens"] += v.tokens.height
+            c["quarantined"] += v.rejected.height
+            self.on_batch(req.height)
+        if out.arrivals is not None and out.arrivals.height:
+            staged.add("arrivals", _arrivals(out.arrivals, source, fmt))
+            c["read"] += out.arrivals.height
+            c["arrivals"] += out.arrivals.height
+        staged.add("runs", _with_source(out.runs, source, fmt))
+        if out.run_summaries is not None:
+            staged.add("run_summaries", _with_source(out.run_summaries, source, fmt))
+            c["summaries"] += out.run_summaries.height
+        return last_line
+
+
+def recover(layout: Layout) -> int:
+    """Delete what killed ingests left behind (unless their writer is still alive)."""
+    removed = 0
+    for sha16, files in layout.orphans().items():
+        with layout.lock(sha16) as got:
+            if got:
+                for f in files:
+                    f.unlink(missing_ok=True)
+                    removed += 1
+    if layout.staging_dir.exists():
+        for d in layout.staging_dir.iterdir():
+            with layout.lock(d.name) as got:
+                if got:
+                    shutil.rmtree(d, ignore_errors=True)
+    return removed
+
+
+def input_files(paths: list[Path]) -> list[Path]:
+    return [p for p in discover(paths) if not metadata.is_manifest(p)]
+
+
+def ingest_paths(
+    paths: list[Path],
+    layout: Layout,
+    options: IngestOptions | None = None,
+    on_file: Callable[[FileResult], None] | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[FileResult]:
+    ing = Ingestor(layout, options or IngestOptions(), on_batch)
+    recover(layout)
+    known = ing.known_sha()
+    results = []
+    for p in input_files(paths):
+        r = ing.ingest_file(p, known)
+        results.append(r)
+        if on_file:
+            on_file(r)
+    return results
+
+
+def totals(results: list[FileResult]) -> dict[str, int]:
+    t = dict.fromkeys(COUNT_KEYS, 0)
+    for r in results:
+        if r.status in ("ingested", "empty"):
+            for k in COUNT_KEYS:
+                t[k] += r.counts.get(k, 0)
+    t["files"] = len(results)
+    t["already"] = sum(r.status == "already" for r in results)
+    return t

@@ -1,0 +1,191 @@
+"""Validate canonical frames and derive the warehouse rows, on whole columns.
+
+Every reader's output passes through here, so all formats obey the same rules and the metric
+definitions of docs/metrics.md live in exactly one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from pipeline.schema.record import RequestRecord
+from pipeline.schema.tables import REQUESTS, TOKENS
+
+STATUSES = ("ok", "error", "cancelled")
+CLOCKS = ("unix", "relative")
+# Tolerance when comparing token_times with the request's own stamps (logs round to ms).
+TIME_TOL_S = 1e-3
+
+_DEFAULTS = {
+    name: f.default
+    for name, f in RequestRecord.model_fields.items()
+    if not f.is_required() and f.default is not None
+}
+
+
+@dataclass
+class Validated:
+    requests: pl.DataFrame  # REQUESTS columns + day
+    tokens: pl.DataFrame  # TOKENS columns + day
+    rejected: pl.DataFrame  # line, reason, raw
+
+
+def _fmt(expr: pl.Expr) -> pl.Expr:
+    return expr.round(6).cast(pl.Utf8)
+
+
+def _reason() -> pl.Expr:
+    """The first rule a row breaks, as a sentence; null when the row is valid."""
+    c = pl.col
+    arr, sch, ft, fin = c("arrival_ts"), c("scheduled_ts"), c("first_token_ts"), c("finish_ts")
+    tt, tc = c("token_times"), c("token_counts")
+    n_tt = tt.list.len()
+    rules: list[tuple[pl.Expr, pl.Expr]] = [
+        (c("request_id").is_null() | (c("request_id") == ""), pl.lit("request_id is missing")),
+        (c("prompt_tokens").is_null(), pl.lit("prompt_tokens is missing")),
+        (c("output_tokens").is_null(), pl.lit("output_tokens is missing")),
+        (arr.is_null(), pl.lit("arrival_ts is missing")),
+        (
+            c("prompt_tokens") < 0,
+            pl.lit("negative token count: prompt_tokens = ") + c("prompt_tokens").cast(pl.Utf8),
+        ),
+        (
+            c("output_tokens") < 0,
+            pl.lit("negative token count: output_tokens = ") + c("output_tokens").cast(pl.Utf8),
+        ),
+        (
+            c("cached_tokens") < 0,
+            pl.lit("negative token count: cached_tokens = ") + c("cached_tokens").cast(pl.Utf8),
+        ),
+        (c("cached_tokens") > c("prompt_tokens"), pl.lit("cached_tokens exceeds prompt_tokens")),
+        (
+            ~c("status").is_in(STATUSES),
+            pl.lit("status must be ok, error or cancelled, not ") + c("status"),
+        ),
+        (~c("clock").is_in(CLOCKS), pl.lit("clock must be unix or relative, not ") + c("clock")),
+        (
+            ~arr.is_finite() | ~sch.is_finite() | ~ft.is_finite() | ~fin.is_finite(),
+            pl.lit("a timestamp is not a finite number"),
+        ),
+        (
+            sch < arr,
+            pl.lit("scheduled_ts is ") + _fmt(arr - sch) + pl.lit(" s before arrival_ts"),
+        ),
+        (ft < arr, pl.lit("first token ") + _fmt(arr - ft) + pl.lit(" s before arrival")),
+        (ft < sch, pl.lit("first token ") + _fmt(sch - ft) + pl.lit(" s before scheduled_ts")),
+        (fin < arr, pl.lit("finish_ts is ") + _fmt(arr - fin) + pl.lit(" s before arrival_ts")),
+        (fin < ft, pl.lit("finish_ts is ") + _fmt(ft - fin) + pl.lit(" s before first_token_ts")),
+        (
+            (c("status") == "ok") & ft.is_null(),
+            pl.lit("status is ok but first_token_ts is missing"),
+        ),
+        ((c("status") == "ok") & fin.is_null(), pl.lit("status is ok but finish_ts is missing")),
+        (
+            tc.is_not_null() & (tt.is_null() | (tc.list.len() != n_tt)),
+            pl.lit("token_counts and token_times have different lengths"),
+        ),
+        (tt.list.min() < 0, pl.lit("token_times has a negative time")),
+        (tt.list.eval(pl.element().is_nan()).list.any(), pl.lit("token_times has NaN")),
+        (tt.list.diff().list.min() < 0, pl.lit("token_times are not in increasing order")),
+        (tc.list.min() < 1, pl.lit("token_counts has a count below 1")),
+        (
+            (c("status") == "ok") & tc.is_not_null() & (tc.list.sum() != c("output_tokens")),
+            pl.lit("token_counts sum to ")
+            + tc.list.sum().cast(pl.Utf8)
+            + pl.lit(" but output_tokens is ")
+            + c("output_tokens").cast(pl.Utf8),
+        ),
+        (
+            ft.is_not_null() & ((tt.list.first() - (ft - arr)).abs() > TIME_TOL_S),
+            pl.lit("token_times[0] = ")
+            + _fmt(tt.list.first())
+            + pl.lit(" s disagrees with first_token_ts - arrival_ts = ")
+            + _fmt(ft - arr),
+        ),
+        (
+            fin.is_not_null() & (tt.list.last() > (fin - arr) + TIME_TOL_S),
+            pl.lit("last token time is after finish_ts"),
+        ),
+    ]
+    expr = pl.when(rules[0][0]).then(rules[0][1])
+    for cond, text in rules[1:]:
+        expr = expr.when(cond).then(text)
+    return expr.otherwise(None)
+
+
+def _derive(df: pl.DataFrame, source_format: str, source_file: str) -> pl.DataFrame:
+    c = pl.col
+    arr, sch, ft, fin = c("arrival_ts"), c("scheduled_ts"), c("first_token_ts"), c("finish_ts")
+    arrival_at = (
+        pl.when(c("clock") == "unix")
+        .then((arr * 1e6).round().cast(pl.Int64).cast(pl.Datetime("us", "UTC")))
+        .otherwise(None)
+    )
+    out = df.with_columns(
+        source_format=pl.lit(source_format),
+        source_file=pl.lit(source_file),
+        t_arrival=arr,
+        arrival_at=arrival_at,
+        queue_s=sch - arr,
+        prefill_s=ft - sch,
+        ttft_s=ft - arr,
+        decode_s=fin - ft,
+        tpot_s=pl.when(c("output_tokens") > 1).then((fin - ft) / (c("output_tokens") - 1)),
+        e2e_s=fin - arr,
+        n_emissions=c("token_times").list.len().fill_null(0),
+    ).with_columns(day=c("arrival_at").dt.strftime("%Y-%m-%d").fill_null("unknown"))
+    return out
+
+
+def _token_rows(df: pl.DataFrame) -> pl.DataFrame:
+    c = pl.col
+    n = c("token_times").list.len()
+    # Chunk sizes: as logged; else 1 each when emissions == output tokens; else unknown (null).
+    counts = (
+        pl.when(c("token_counts").is_not_null())
+        .then(c("token_counts"))
+        .when(n == c("output_tokens"))
+        .then(pl.lit(1, dtype=pl.Int64).repeat_by(n))
+        .otherwise(pl.lit(None, dtype=pl.Int64).repeat_by(n))
+    )
+    tok = df.filter(c("token_times").is_not_null() & (n > 0)).select(
+        "request_id",
+        "run_id",
+        "day",
+        token_index=pl.int_ranges(0, n, dtype=pl.Int32),
+        t_s=c("token_times"),
+        n_tokens=counts,
+        gap_s=c("token_times").list.diff(),
+    )
+    tok = tok.explode(["token_index", "t_s", "n_tokens", "gap_s"])
+    return tok.select(
+        [pl.col(col.name).cast(_pl(col.name, TOKENS)) for col in TOKENS] + [pl.col("day")]
+    )
+
+
+def _pl(name: str, table: tuple) -> pl.DataType:
+    from pipeline.warehouse.arrow import polars_dtype
+
+    return polars_dtype(next(col for col in table if col.name == name).type)
+
+
+def validate(canonical: pl.DataFrame, source_format: str, source_file: str) -> Validated:
+    """Split a canonical frame into warehouse rows and rejected rows (with reasons)."""
+    df = canonical.with_columns(
+        [pl.col(k).fill_null(v) for k, v in _DEFAULTS.items() if k in canonical.columns]
+    )
+    df = df.with_columns(_reason=_reason())
+    bad = df.filter(pl.col("_reason").is_not_null())
+    good = df.filter(pl.col("_reason").is_null())
+    rejected = bad.select(
+        line=pl.col("source_line"),
+        reason=pl.col("_reason"),
+        raw=pl.struct(canonical.drop("source_line").columns).struct.json_encode(),
+    )
+    derived = _derive(good, source_format, source_file)
+    requests = derived.select(
+        [pl.col(col.name).cast(_pl(col.name, REQUESTS)) for col in REQUESTS] + [pl.col("day")]
+    )
+    return Validated(requests=requests, tokens=_token_rows(derived), rejected=rejected)

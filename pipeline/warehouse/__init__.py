@@ -1,0 +1,1 @@
+"""The Parquet warehouse: layout, atomic commits, and the DuckDB views over it."""

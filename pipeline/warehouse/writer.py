@@ -1,0 +1,95 @@
+"""Stage one input file's rows as Parquet, then move them into the warehouse and commit."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.schema.tables import PARTITIONED, arrow_schema
+from pipeline.warehouse.arrow import to_arrow
+from pipeline.warehouse.layout import Layout
+
+COMPRESSION = "zstd"
+COMPRESSION_LEVEL = 1  # zstd-1 writes about as fast as snappy and packs timings far better
+
+
+class StagedWrite:
+    """One ParquetWriter per (table, day) under _staging/<sha16>; row groups per batch.
+
+    Memory is bounded by one batch: nothing is accumulated across batches.
+    """
+
+    def __init__(self, layout: Layout, sha: str):
+        self.layout = layout
+        self.sha = sha
+        self.dir = layout.staging_dir / sha[:16]
+        self.reset()
+
+    def reset(self) -> None:
+        """Drop everything staged so far and start again empty."""
+        for writer, _ in getattr(self, "_writers", {}).values():
+            writer.close()
+        if self.dir.exists():
+            shutil.rmtree(self.dir)
+        self.dir.mkdir(parents=True)
+        self._writers: dict[tuple[str, str | None], tuple[pq.ParquetWriter, str]] = {}
+        self.rows: dict[str, int] = {}
+
+    def add(self, table: str, df: pl.DataFrame | None) -> None:
+        if df is None or df.height == 0:
+            return
+        self.rows[table] = self.rows.get(table, 0) + df.height
+        if table in PARTITIONED:
+            for (day,), part in df.partition_by("day", as_dict=True, maintain_order=True).items():
+                self._write(table, str(day), part)
+        else:
+            self._write(table, None, df)
+
+    def _write(self, table: str, day: str | None, df: pl.DataFrame) -> None:
+        key = (table, day)
+        if key not in self._writers:
+            rel = f"{self.layout.relative_dir(table, day)}/{self.layout.part_name(self.sha, 0)}"
+            path = self.dir / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            writer = pq.ParquetWriter(
+                path,
+                arrow_schema(table),
+                compression=COMPRESSION,
+                compression_level=COMPRESSION_LEVEL,
+            )
+            self._writers[key] = (writer, rel)
+        writer, _ = self._writers[key]
+        writer.write_table(to_arrow(df, table), row_group_size=1 << 20)
+
+    def commit(self, manifest_entry: dict) -> list[str]:
+        """Move staged files into place, then write the manifest entry (the commit point)."""
+        rels = []
+        for writer, rel in self._writers.values():
+            writer.close()
+            rels.append(rel)
+        for rel in rels:
+            dest = self.layout.root / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            src = self.dir / rel
+            with open(src, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(src, dest)
+        self.layout.write_manifest(self.sha, {**manifest_entry, "files": sorted(rels)})
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return rels
+
+    def abort(self) -> None:
+        for writer, _ in self._writers.values():
+            try:
+                writer.close()
+            except Exception:
+                pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def empty_table(table: str) -> pa.Table:
+    return arrow_schema(table).empty_table()
