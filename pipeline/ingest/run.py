@@ -81,7 +81,7 @@ class _Dedup:
                 "SELECT run_id, request_id FROM read_parquet(?) WHERE list_contains(?, run_id)",
                 [files, new],
             )
-            .arrow()
+            .to_arrow_table()
         )
         if isinstance(existing, pl.DataFrame) and existing.height:
             self.seen.update(_key_hash(existing).tolist())

@@ -1,0 +1,88 @@
+"""``pipeline query``: named SQL from queries/, or ad-hoc read-only SQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import duckdb
+from rich.console import Console
+from rich.table import Table
+
+from pipeline.commands._common import layout_for, warehouse_option
+from pipeline.errors import UserError
+from pipeline.query.named import QueryError, all_queries, load, queries_dir, run_adhoc, run_named
+from pipeline.query.output import render_table, write
+from pipeline.warehouse.views import connect
+
+
+@click.command("query")
+@click.argument("name", required=False)
+@warehouse_option
+@click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE",
+              help="Bind a query parameter (repeatable).")
+@click.option("--sql", default=None, help="Run this read-only SQL instead of a named query.")
+@click.option("--list", "list_", is_flag=True, help="List the named queries.")
+@click.option("--format", "-f", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]),
+              default=None, help="Output format [default: table on a terminal, else csv].")
+@click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write to this file instead of stdout.")
+@click.option("--queries-dir", type=click.Path(file_okay=False), default=None,
+              help="Folder of named queries [default: ./queries].")
+def command(name, warehouse, params, sql, list_, fmt, out, queries_dir_opt=None, **kw):
+    """Run a named query (queries/NAME.sql) or ad-hoc SQL over the warehouse views.
+
+    Views: requests, tokens, quarantine, runs, arrivals, run_summaries, and the tables later
+    stages write (cost_models, attribution, ...). Parameters are bound, never pasted into SQL.
+
+    \b
+    Examples:
+      pipeline query --list
+      pipeline query latency_percentiles
+      pipeline query throughput_by_window --param window_s=30 --format csv
+      pipeline query --sql "SELECT model, count(*) FROM requests GROUP BY 1"
+    """
+    qdir = kw.get("queries_dir")
+    try:
+        if list_:
+            _list(Path(qdir) if qdir else queries_dir())
+            return
+        if bool(name) == bool(sql):
+            raise UserError("give a query NAME or --sql \"...\" (see `pipeline query --list`)")
+        given = {}
+        for p in params:
+            if "=" not in p:
+                raise UserError(f"--param {p}: expected KEY=VALUE")
+            k, v = p.split("=", 1)
+            given[k] = v
+        con = connect(layout_for(warehouse))
+        if sql:
+            if given:
+                raise UserError("--param applies to named queries only")
+            table = run_adhoc(con, sql)
+        else:
+            q = load(name, Path(qdir) if qdir else None)
+            table = run_named(con, q, given)
+    except QueryError as exc:
+        raise UserError(str(exc)) from None
+    except duckdb.Error as exc:  # show the engine's message, not a traceback
+        raise UserError(f"query failed: {exc}") from None
+    chosen = fmt or ("table" if out is None and click.get_text_stream("stdout").isatty() else "csv")
+    if chosen == "table":
+        render_table(table, title=name)
+    else:
+        try:
+            write(table, chosen, out)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+
+
+def _list(d: Path) -> None:
+    t = Table(show_edge=False, header_style="bold")
+    t.add_column("query")
+    t.add_column("parameters")
+    t.add_column("description")
+    for q in all_queries(d):
+        ps = ", ".join(f"{k}={v}" for k, v in q.params.items())
+        t.add_row(q.name, ps, q.description)
+    Console().print(t)

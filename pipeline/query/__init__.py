@@ -1,0 +1,1 @@
+"""Named SQL in queries/ and ad-hoc SQL over the warehouse views."""

@@ -1,0 +1,128 @@
+"""Load named queries from ``queries/NAME.sql`` and run them with bound parameters.
+
+A query file starts with comment lines that describe it::
+
+    -- description: one line shown by `pipeline query --list`
+    -- param window_s: 60 (what it means)
+
+Parameters appear in the SQL as ``$name`` and are always bound by the engine, never formatted
+into the text.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+_PARAM = re.compile(r"^--\s*param\s+(\w+)\s*:\s*(\S+)\s*(?:\((.*)\))?\s*$")
+
+
+class QueryError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class NamedQuery:
+    name: str
+    path: Path
+    sql: str
+    description: str
+    params: dict[str, str] = field(default_factory=dict)  # name -> default (text)
+    param_docs: dict[str, str] = field(default_factory=dict)
+
+    def used_params(self) -> set[str]:
+        return set(re.findall(r"\$(\w+)", self.sql))
+
+
+def queries_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """--queries-dir, $PIPELINE_QUERIES, ./queries, or the queries/ shipped beside the package."""
+    for candidate in (
+        explicit,
+        os.environ.get("PIPELINE_QUERIES"),
+        "queries",
+        Path(__file__).resolve().parents[2] / "queries",
+    ):
+        if candidate and Path(candidate).is_dir():
+            return Path(candidate)
+    raise QueryError("no queries/ folder found; pass --queries-dir or set PIPELINE_QUERIES")
+
+
+def parse(path: Path) -> NamedQuery:
+    sql = path.read_text()
+    description, params, docs = "", {}, {}
+    for line in sql.splitlines():
+        if not line.startswith("--"):
+            break
+        if line.lower().startswith("-- description:"):
+            description = line.split(":", 1)[1].strip()
+        elif m := _PARAM.match(line):
+            params[m.group(1)] = m.group(2)
+            docs[m.group(1)] = (m.group(3) or "").strip()
+    return NamedQuery(path.stem, path, sql, description, params, docs)
+
+
+def all_queries(directory: Path | None = None) -> list[NamedQuery]:
+    d = directory or queries_dir()
+    return [parse(p) for p in sorted(d.glob("*.sql"))]
+
+
+def load(name: str, directory: Path | None = None) -> NamedQuery:
+    d = directory or queries_dir()
+    path = d / f"{name}.sql"
+    if not path.is_file():
+        import difflib
+
+        names = [q.stem for q in d.glob("*.sql")]
+        close = difflib.get_close_matches(name, names, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise QueryError(f"no query named {name!r} in {d}{hint} (`pipeline query --list`)")
+    return parse(path)
+
+
+def coerce(value: str) -> object:
+    """CLI parameter text to a SQL value: integer, float, else string."""
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            continue
+    return value
+
+
+def bind(query: NamedQuery, given: dict[str, str]) -> dict[str, object]:
+    unknown = set(given) - query.used_params()
+    if unknown:
+        raise QueryError(
+            f"query {query.name!r} has no parameter {', '.join(sorted(unknown))}; "
+            f"it takes: {', '.join(sorted(query.used_params())) or 'none'}"
+        )
+    values = {**query.params, **given}
+    missing = query.used_params() - set(values)
+    if missing:
+        raise QueryError(f"query {query.name!r} needs --param {', '.join(sorted(missing))}=...")
+    return {k: coerce(v) for k, v in values.items() if k in query.used_params()}
+
+
+def run_named(
+    con: duckdb.DuckDBPyConnection, query: NamedQuery, params: dict[str, str] | None = None
+) -> pa.Table:
+    return con.sql(query.sql, params=bind(query, params or {})).to_arrow_table()
+
+
+def run_adhoc(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
+    """Run one read-only statement (SELECT / WITH / DESCRIBE / SHOW ...)."""
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise QueryError(f"SQL does not parse: {exc}") from None
+    if len(statements) != 1:
+        raise QueryError("give exactly one SQL statement")
+    kind = statements[0].type
+    if kind not in (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN):
+        raise QueryError(f"only read-only queries are allowed here, not {kind.name}")
+    return con.sql(sql).to_arrow_table()
