@@ -1,0 +1,51 @@
+# Set-up and the two commands the README promises: `make demo` and `make test`.
+# Both create or refresh .venv on a clean machine that has only Python >= 3.11 and make.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3.12 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+WAREHOUSE ?= warehouse
+
+.PHONY: venv demo test lint fmt browser bench clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed")'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev,spark]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# Headless chromium for the report's browser tests (Debian package; needs root or sudo).
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { echo "installing chromium (Debian package) for the browser tests"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
+	    echo "could not install chromium: browser tests will be skipped"; }
+
+lint: venv
+	$(BIN)/ruff check pipeline tests bench
+	$(BIN)/ruff format --check pipeline tests bench
+
+fmt: venv
+	$(BIN)/ruff format pipeline tests bench
+	$(BIN)/ruff check --fix pipeline tests bench
+
+test: venv browser lint
+	$(BIN)/pipeline schemas --check
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+demo: venv
+	$(BIN)/pipeline ingest sample_traces/ --warehouse $(WAREHOUSE)
+	$(BIN)/pipeline query latency_percentiles --warehouse $(WAREHOUSE) --format table
+	$(BIN)/pipeline query ttft_by_prompt_length --warehouse $(WAREHOUSE) --format table
+	$(BIN)/pipeline query throughput_by_window --warehouse $(WAREHOUSE) --param window_s=60 --format csv --out $(WAREHOUSE)/throughput_by_window.csv
+	$(BIN)/pipeline report --warehouse $(WAREHOUSE) --out reports/
+
+bench: venv
+	$(BIN)/python bench/bench_ingest.py
+
+clean:
+	rm -rf $(VENV) $(WAREHOUSE) .pytest_cache
