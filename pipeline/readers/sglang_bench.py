@@ -1,0 +1,105 @@
+"""SGLang ``bench_serving`` result JSON lines: one line per benchmark invocation, appended.
+
+Python's ``json.dumps`` writes ``request_rate: Infinity`` (bare), so lines are parsed with Python's
+json (one call per run, not per request). With ``--output-details`` a line carries the same
+parallel per-request arrays as vLLM's detailed output (``input_lens``, ``output_lens``, ``ttfts``,
+``itls``, ``errors``) but no start times.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+
+from pipeline.readers import _common as c
+from pipeline.readers.base import Capabilities, InputError, ReadContext, ReaderOutput
+from pipeline.readers.vllm_bench import per_request_arrays, run_ids, split_run
+
+PRIORITY = 21
+
+
+class SglangBenchReader:
+    name = "sglang_bench"
+    description = (
+        "SGLang bench_serving JSON lines (one run per line, bare Infinity allowed). Summary keys "
+        "-> run_summaries and runs; with --output-details also one request per array index "
+        "(TTFT, per-chunk token_times, errors). No start times: arrivals all at t=0 of a relative "
+        "clock. No GPU in the file: use --set gpu=... gpu_count=..."
+    )
+    capabilities = Capabilities(
+        per_request=True,
+        per_token=True,
+        arrivals_only=False,
+        gpu_model_present=False,
+        needs_set=("model", "gpu", "gpu_count"),
+    )
+
+    def sniff(self, path: Path, head: bytes) -> bool:
+        line = c.first_line(head)
+        if not line.startswith("{") or '"model_id"' in line:
+            return False
+        return (
+            '"backend"' in line
+            and ('"dataset_name"' in line)
+            and ("_ttft_ms" in line or '"ttfts"' in line or '"output_throughput"' in line)
+        )
+
+    def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
+        good: list[tuple[int, dict]] = []
+        bad: list[tuple[int, str, str]] = []
+        for nums, texts in c.iter_line_batches(ctx):
+            for line, text in zip(nums.to_list(), texts.to_list(), strict=True):  # one per run
+                try:
+                    obj = json.loads(text)
+                except (ValueError, RecursionError) as exc:
+                    bad.append((line, f"run line is not valid JSON (truncated?): {exc}", text))
+                    continue
+                if not isinstance(obj, dict):
+                    bad.append((line, f"run line is a JSON {type(obj).__name__}", text))
+                    continue
+                good.append((line, obj))
+        if not good:
+            if bad:
+                raise InputError(f"no SGLang bench_serving run could be parsed ({bad[0][1]})")
+            raise InputError("file is empty")
+        ids = run_ids(ctx, len(good))
+        runs, summaries, req_frames, q_frames = [], [], [], []
+        for (line, obj), run_id in zip(good, ids, strict=True):
+            meta, metrics = split_run(obj)
+            meta["source_line"] = line
+            meta["arrival_times_known"] = False
+            backend = obj.get("backend") if isinstance(obj.get("backend"), str) else None
+            server_info = obj.get("server_info") if isinstance(obj.get("server_info"), dict) else {}
+            model = server_info.get("model_path") if isinstance(server_info, dict) else None
+            rate = c.as_float(obj.get("request_rate"))
+            runs.append(
+                {
+                    "run_id": run_id,
+                    "model": model,
+                    "backend": backend,
+                    "request_rate": None if rate is None or math.isnan(rate) else rate,
+                    "max_concurrency": obj.get("max_concurrency"),
+                    "metadata": meta,
+                }
+            )
+            summaries.append(c.summaries_frame(self.name, ctx, run_id, metrics))
+            reqs, q = per_request_arrays(obj, run_id, model, c.engine_from_backend(backend))
+            if reqs.height:
+                req_frames.append(reqs)
+            if q.height:
+                q_frames.append(q)
+        if bad:
+            q_frames.append(c.quarantine_frame(*zip(*bad, strict=True)))
+        yield ReaderOutput(
+            requests=pl.concat(req_frames) if req_frames else None,
+            quarantine=pl.concat(q_frames) if q_frames else None,
+            runs=c.runs_frame(self.name, ctx, runs),
+            run_summaries=pl.concat(summaries),
+        )
+
+
+READER = SglangBenchReader()

@@ -1,0 +1,294 @@
+"""vLLM ``benchmark_serving.py`` / ``vllm bench serve`` result JSON.
+
+One JSON object per run (``--save-result``), several concatenated ones (``--append-result``). With
+``--save-detailed`` the object carries parallel per-request arrays: ``input_lens``, ``output_lens``,
+``ttfts`` (s), ``itls`` (per-chunk gaps, s), ``errors``, and in newer versions ``start_times``
+(perf_counter, s) and ``latencies`` (s). Aggregates (``*_ms`` etc.) go to ``run_summaries``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pipeline.readers import _common as c
+from pipeline.readers.base import (
+    Capabilities,
+    InputError,
+    ReadContext,
+    ReaderOutput,
+    empty_requests,
+)
+
+PRIORITY = 20
+
+ARRAY_KEYS = frozenset(
+    {
+        "input_lens",
+        "output_lens",
+        "ttfts",
+        "itls",
+        "start_times",
+        "latencies",
+        "queue_times",
+        "generated_texts",
+        "errors",
+    }
+)
+# Setup keys: run metadata, not measurements.
+SETUP_KEYS = frozenset(
+    {
+        "date",
+        "endpoint_type",
+        "backend",
+        "label",
+        "model_id",
+        "tokenizer_id",
+        "best_of",
+        "num_prompts",
+        "request_rate",
+        "burstiness",
+        "max_concurrency",
+        "ramp_up_strategy",
+        "ramp_up_start_rps",
+        "ramp_up_end_rps",
+        "dataset_name",
+        "tag",
+        "sharegpt_output_len",
+        "random_input_len",
+        "random_output_len",
+        "random_range_ratio",
+        "server_info",
+    }
+)
+_METRIC_HINTS = ('"mean_ttft_ms"', '"median_ttft_ms"', '"ttfts"', '"request_throughput"')
+
+
+def run_ids(ctx: ReadContext, n: int) -> list[str]:
+    """One run: the file's run id; several: ``<id>#<k>`` (k = 1-based run in the file)."""
+    if n == 1:
+        return [ctx.default_run_id]
+    return [f"{ctx.default_run_id}#{k}" for k in range(1, n + 1)]
+
+
+def split_run(obj: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(metadata, summary metrics) of one result object, per-request arrays left out."""
+    meta: dict[str, Any] = {}
+    metrics: dict[str, Any] = {}
+    for k, v in obj.items():
+        if k in ARRAY_KEYS:
+            continue
+        if k in SETUP_KEYS or isinstance(v, str | dict | list) or v is None or isinstance(v, bool):
+            meta[k] = v
+        else:
+            metrics[k] = v
+    return meta, metrics
+
+
+def per_request_arrays(
+    obj: dict[str, Any], run_id: str, model: str | None, engine: str | None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Canonical rows (and quarantine) from vLLM/SGLang parallel per-request arrays."""
+    lists = {k: obj.get(k) for k in ARRAY_KEYS}
+    n = max((len(v) for v in lists.values() if isinstance(v, list)), default=0)
+    if n == 0:
+        return empty_requests(), c.empty_quarantine()
+
+    def pad(v: object) -> list[Any]:
+        v = v if isinstance(v, list) else []
+        return v + [None] * (n - len(v))
+
+    have_start = isinstance(lists["start_times"], list)
+    have_lat = isinstance(lists["latencies"], list)
+    errs = pad(lists["errors"])
+    df = pl.DataFrame(
+        [
+            c.float_series(pad(lists["input_lens"]), "in"),
+            c.float_series(pad(lists["output_lens"]), "out"),
+            c.float_series(pad(lists["ttfts"]), "ttft"),
+            c.float_list_series(pad(lists["itls"]), "itl"),
+            c.float_series(pad(lists["start_times"]), "start"),
+            c.float_series(pad(lists["latencies"]), "lat"),
+            *_error_series(errs),
+        ]
+    ).with_columns(pl.int_range(1, n + 1).cast(pl.Int64).alias("_line"))
+    is_err = pl.col("err").fill_null("").str.len_chars() > 0
+    df = df.with_columns(
+        pl.struct(
+            pl.col("in").alias("input_len"),
+            pl.col("out").alias("output_len"),
+            pl.col("ttft"),
+            pl.col("start").alias("start_time"),
+            pl.col("lat").alias("latency"),
+            pl.col("err").alias("error"),
+        )
+        .struct.json_encode()
+        .alias("_raw"),
+        is_err.alias("_is_err"),
+    )
+
+    def whole(e: pl.Expr) -> pl.Expr:
+        return e.is_null() | ~e.is_finite() | (e < 0) | (e != e.floor())
+
+    checks: list[tuple[pl.Expr, str]] = [
+        (whole(pl.col("in")), "input_lens entry is missing or not a whole number >= 0"),
+        (whole(pl.col("out")), "output_lens entry is missing or not a whole number >= 0"),
+        (
+            ~pl.col("_is_err") & (pl.col("ttft").is_null() | ~pl.col("ttft").is_finite()),
+            "ttfts entry of a successful request is missing or not a number",
+        ),
+        (
+            ~pl.col("_is_err") & pl.col("itl").is_null() & pl.lit(isinstance(lists["itls"], list)),
+            "itls entry is not a list of numbers",
+        ),
+        (pl.col("err_bad"), "errors entry is not a string"),
+    ]
+    if have_start:
+        checks.append(
+            (
+                pl.col("start").is_null() | ~pl.col("start").is_finite(),
+                "start_times entry is missing or not a number",
+            )
+        )
+    if have_lat:
+        checks.append(
+            (
+                ~pl.col("_is_err") & (pl.col("lat").is_null() | ~pl.col("lat").is_finite()),
+                "latencies entry of a successful request is missing or not a number",
+            )
+        )
+    good, q = c.split_valid(df, checks)
+    arrival = pl.col("start") if have_start else pl.lit(0.0)
+    ok = ~pl.col("_is_err")
+    gaps = pl.col("itl").fill_null(pl.lit([], dtype=pl.List(pl.Float64)))
+    token_times = c.cum_token_times(pl.col("ttft"), gaps)
+    if have_lat:
+        finish_rel = pl.col("lat")
+    else:
+        finish_rel = pl.col("ttft") + gaps.list.sum()
+    out = good.with_columns(
+        arrival.alias("arrival_ts"),
+        pl.when(ok).then(token_times).otherwise(None).alias("token_times"),
+    ).select(
+        # request_id: the 0-based index into the tool's arrays.
+        (pl.col("_line") - 1).cast(pl.Utf8).alias("request_id"),
+        pl.col("_line").alias("source_line"),
+        pl.lit(run_id).alias("run_id"),
+        pl.lit(model, pl.Utf8).alias("model"),
+        pl.lit(engine, pl.Utf8).alias("engine"),
+        pl.col("in").cast(pl.Int64).alias("prompt_tokens"),
+        pl.col("out").cast(pl.Int64).alias("output_tokens"),
+        pl.lit("relative").alias("clock"),
+        pl.col("arrival_ts"),
+        pl.when(ok).then(pl.col("arrival_ts") + pl.col("ttft")).alias("first_token_ts"),
+        pl.when(ok | (pl.col("lat").fill_null(0) > 0))
+        .then(pl.col("arrival_ts") + finish_rel)
+        .alias("finish_ts"),
+        pl.col("token_times"),
+        pl.when(ok)
+        .then(c.ones_if_per_token(pl.col("itl").list.len() + 1, pl.col("out").cast(pl.Int64)))
+        .alias("token_counts"),
+        pl.when(ok).then(pl.lit("ok")).otherwise(pl.lit("error")).alias("status"),
+        pl.when(ok).then(None).otherwise(pl.col("err")).alias("error"),
+    )
+    return c.requests_frame(out), q
+
+
+def _error_series(errs: list[Any]) -> tuple[pl.Series, pl.Series]:
+    """(error text, entry-is-not-a-string flag) of the ``errors`` array."""
+    try:
+        err = pl.Series("err", errs, dtype=pl.Utf8, strict=True)
+        return err, pl.Series("err_bad", [False] * len(errs))
+    except Exception:  # error path: some entry is not a string
+        return (
+            pl.Series("err", [e if isinstance(e, str) else None for e in errs], dtype=pl.Utf8),
+            pl.Series("err_bad", [not (e is None or isinstance(e, str)) for e in errs]),
+        )
+
+
+def _request_rate(v: object) -> float | None:
+    f = c.as_float(v)
+    return f if f is None or not math.isnan(f) else None
+
+
+class VllmBenchReader:
+    name = "vllm_bench"
+    description = (
+        "vLLM benchmark_serving.py / `vllm bench serve` result JSON (--save-result, "
+        "--append-result, --save-detailed). Summary keys -> run_summaries and runs; with "
+        "--save-detailed also one request per array index (TTFT, per-chunk token_times, errors); "
+        "arrivals from start_times (relative perf_counter clock) when present, else all at t=0. "
+        "No GPU in the file: use --set gpu=... gpu_count=..."
+    )
+    capabilities = Capabilities(
+        per_request=True,
+        per_token=True,
+        arrivals_only=False,
+        gpu_model_present=True,
+        needs_set=("gpu", "gpu_count"),
+    )
+
+    def sniff(self, path: Path, head: bytes) -> bool:
+        text = c.head_text(head)
+        if not text.startswith("{"):
+            return False
+        return '"model_id"' in text and any(h in text for h in _METRIC_HINTS)
+
+    def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
+        text = c.decode_text(c.read_all(ctx))
+        docs = list(c.iter_json_documents(text))
+        if not docs:
+            raise InputError("file is empty")
+        good = [(line, obj) for line, obj, err in docs if err is None and isinstance(obj, dict)]
+        bad = [
+            (line, err or f"run record is a JSON {type(obj).__name__}, not an object", obj)
+            for line, obj, err in docs
+            if err is not None or not isinstance(obj, dict)
+        ]
+        if not good:
+            raise InputError(f"no vLLM benchmark result object in the file ({bad[0][1]})")
+        ids = run_ids(ctx, len(good))
+        runs = []
+        summaries = []
+        q_frames = []
+        req_frames = []
+        for (line, obj), run_id in zip(good, ids, strict=True):
+            meta, metrics = split_run(obj)
+            model = obj.get("model_id") if isinstance(obj.get("model_id"), str) else None
+            backend = obj.get("backend") if isinstance(obj.get("backend"), str) else None
+            meta["source_line"] = line
+            meta["per_request_arrays"] = sorted(k for k in ARRAY_KEYS if k in obj)
+            meta["arrival_times_known"] = isinstance(obj.get("start_times"), list)
+            runs.append(
+                {
+                    "run_id": run_id,
+                    "model": model,
+                    "backend": backend,
+                    "request_rate": _request_rate(obj.get("request_rate")),
+                    "max_concurrency": obj.get("max_concurrency"),
+                    "metadata": meta,
+                }
+            )
+            summaries.append(c.summaries_frame(self.name, ctx, run_id, metrics))
+            reqs, q = per_request_arrays(obj, run_id, model, c.engine_from_backend(backend))
+            if reqs.height:
+                req_frames.append(reqs)
+            if q.height:
+                q_frames.append(q)
+        if bad:
+            q_frames.append(
+                c.quarantine_frame([b[0] for b in bad], [b[1] for b in bad], [b[2] for b in bad])
+            )
+        yield ReaderOutput(
+            requests=pl.concat(req_frames) if req_frames else None,
+            quarantine=pl.concat(q_frames) if q_frames else None,
+            runs=c.runs_frame(self.name, ctx, runs),
+            run_summaries=pl.concat(summaries),
+        )
+
+
+READER = VllmBenchReader()
