@@ -1,0 +1,41 @@
+"""Accelerator and model catalog: datasheet and config.json numbers, each with its source.
+
+    >>> from pipeline import catalog
+    >>> catalog.gpu("NVIDIA H100 80GB HBM3").name
+    'H100-SXM'
+    >>> catalog.model("meta-llama/Llama-3.1-8B-Instruct").kv_heads
+    8
+
+Data lives in ``pipeline/catalog/data/*.toml``; users add or override entries in
+``pipeline_catalog.toml`` (current directory, or the path in ``$PIPELINE_CATALOG``).
+"""
+
+from __future__ import annotations
+
+from pipeline.catalog.entries import GPU, Model
+from pipeline.catalog.load import catalog
+from pipeline.catalog.names import UnknownName
+
+__all__ = ["GPU", "Model", "UnknownName", "gpu", "gpus", "model", "models"]
+
+
+def gpu(name: str) -> GPU:
+    """The accelerator a log calls ``name`` ('H100-SXM', 'NVIDIA H100 80GB HBM3', 'h100-80gb')."""
+    cat = catalog()
+    return cat.gpus[cat.gpu_index.find(name)]
+
+
+def model(name: str) -> Model:
+    """The model a log calls ``name`` ('meta-llama/Llama-3.1-8B-Instruct', 'llama-3.1-8b')."""
+    cat = catalog()
+    return cat.models[cat.model_index.find(name)]
+
+
+def gpus() -> list[GPU]:
+    """Every accelerator in the merged catalog."""
+    return list(catalog().gpus.values())
+
+
+def models() -> list[Model]:
+    """Every model in the merged catalog."""
+    return list(catalog().models.values())
