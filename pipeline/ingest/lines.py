@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.readers.base import InputError
+
 _WS = np.zeros(256, dtype=bool)
 _WS[[0x20, 0x09, 0x0D, 0x0A]] = True
 
@@ -46,14 +48,42 @@ def _index(data: bytes, first_line: int) -> LineChunk:
     return LineChunk(data, starts[keep], ends[keep], numbers[keep])
 
 
+@dataclass
+class Truncated:
+    line_number: int  # the line the input broke off in
+    reason: str
+
+
 def iter_line_chunks(
     blocks: Iterable[bytes], chunk_bytes: int, max_line_bytes: int
-) -> Iterator[LineChunk | OverlongLine]:
-    """Yield LineChunks of about chunk_bytes, and an OverlongLine for each line over the limit."""
+) -> Iterator[LineChunk | OverlongLine | Truncated]:
+    """Yield LineChunks of about chunk_bytes, and an OverlongLine for each line over the limit.
+
+    If the blocks raise InputError (a truncated compressed file), the complete lines read so far
+    are yielded, then one Truncated for the broken-off rest.
+    """
+    state = {"line_no": 1}
+    try:
+        yield from _chunks(blocks, chunk_bytes, max_line_bytes, state)
+    except InputError as exc:
+        yield from state.get("flush", [])
+        yield Truncated(state["line_no"], str(exc))
+
+
+def _chunks(blocks, chunk_bytes, max_line_bytes, state):
     pending = bytearray()
     line_no = 1  # file line number of the first line in `pending`
     skipping: OverlongLine | None = None  # an over-long line whose end we have not seen yet
-    for block in blocks:
+
+    def on_error() -> list[LineChunk]:
+        cut = pending.rfind(b"\n")
+        state["line_no"] = line_no + pending.count(b"\n")
+        if skipping is not None or cut < 0:
+            return []
+        chunk = _index(bytes(pending[: cut + 1]), line_no)
+        return [chunk] if len(chunk.starts) else []
+
+    for block in _guard(blocks, state, on_error):
         if skipping is not None:
             nl = block.find(b"\n")
             if nl < 0:
@@ -84,9 +114,19 @@ def iter_line_chunks(
             if len(chunk.starts):
                 yield chunk
             line_no += data.count(b"\n")
+        state["line_no"] = line_no
     if skipping is not None:
         yield skipping
     elif len(pending) > max_line_bytes:
         yield OverlongLine(line_no, bytes(pending[:1024]), len(pending))
     elif pending:
         yield _index(bytes(pending), line_no)
+
+
+def _guard(blocks, state, on_error):
+    """Pass blocks through; on InputError, record the complete lines still pending, re-raise."""
+    try:
+        yield from blocks
+    except InputError:
+        state["flush"] = on_error()
+        raise

@@ -75,13 +75,13 @@ class _Dedup:
         files = [str(p) for p in self.layout.committed_files("requests")]
         if not files:
             return
-        existing = pl.from_arrow(
+        existing = (
             duckdb.connect()
-            .execute(
+            .sql(
                 "SELECT run_id, request_id FROM read_parquet(?) WHERE list_contains(?, run_id)",
-                [files, new],
+                params=[files, new],
             )
-            .to_arrow_table()
+            .pl()
         )
         if isinstance(existing, pl.DataFrame) and existing.height:
             self.seen.update(_key_hash(existing).tolist())

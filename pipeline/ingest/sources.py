@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import zlib
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,16 +39,35 @@ def open_decompressed(path: Path) -> BinaryIO:
 
 
 def iter_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
-    """Decompressed blocks; a truncated or corrupt compressed stream raises InputError at the end."""
-    with open_decompressed(path) as f:
-        while True:
-            try:
-                block = f.read(block_bytes)
-            except (EOFError, gzip.BadGzipFile, zstandard.ZstdError, OSError) as exc:
-                raise InputError(f"compressed stream is truncated or corrupt ({exc})") from exc
-            if not block:
-                return
-            yield block
+    """Decompressed blocks. A truncated or corrupt compressed file yields every byte that can be
+    recovered before the damage, then raises InputError."""
+    kind = compression(path)
+    with open(path, "rb") as f:
+        if kind is None:
+            while block := f.read(block_bytes):
+                yield block
+            return
+        d, fed = _decompressor(kind), False
+        while raw := f.read(block_bytes):
+            while raw:
+                try:
+                    out = d.decompress(raw)
+                except (zlib.error, zstandard.ZstdError) as exc:
+                    raise InputError(f"compressed data is corrupt ({exc})") from exc
+                fed = True
+                if out:
+                    yield out
+                raw = b""
+                if d.eof:  # concatenated gzip members or zstd frames may follow
+                    raw, d, fed = d.unused_data, _decompressor(kind), False
+        if fed and not d.eof:
+            raise InputError("compressed stream is truncated (it ends in the middle of a block)")
+
+
+def _decompressor(kind: str):
+    if kind == "gzip":
+        return zlib.decompressobj(wbits=47)  # 32 + 15: gzip or zlib header, auto-detected
+    return zstandard.ZstdDecompressor().decompressobj()
 
 
 def read_head(path: Path, n: int = HEAD_BYTES) -> bytes:

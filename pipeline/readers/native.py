@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 from pydantic import ValidationError
 
-from pipeline.ingest.lines import LineChunk, OverlongLine, iter_line_chunks
+from pipeline.ingest.lines import LineChunk, OverlongLine, Truncated, iter_line_chunks
 from pipeline.ingest.sources import iter_blocks
 from pipeline.readers.base import (
     CANONICAL_SCHEMA,
@@ -120,6 +120,13 @@ class NativeReader:
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
         blocks = iter_blocks(ctx.path)
         for item in iter_line_chunks(blocks, CHUNK_BYTES, ctx.max_line_bytes):
+            if isinstance(item, Truncated):
+                reason = f"input ends early at this line: {item.reason}"
+                q = pl.DataFrame(
+                    [(item.line_number, reason, None)], schema=QUARANTINE_SCHEMA, orient="row"
+                )
+                yield ReaderOutput(quarantine=q)
+                continue
             if isinstance(item, OverlongLine):
                 reason = (
                     f"line is {item.size:,} bytes, over the {ctx.max_line_bytes:,}-byte limit "

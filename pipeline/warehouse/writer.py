@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 
 import polars as pl
 import pyarrow as pa
@@ -12,6 +13,9 @@ import pyarrow.parquet as pq
 from pipeline.schema.tables import PARTITIONED, arrow_schema
 from pipeline.warehouse.arrow import to_arrow
 from pipeline.warehouse.layout import Layout
+
+# Tests set this to die by SIGKILL at a named step of a commit, to prove a re-run recovers.
+_CRASH_ENV = "PIPELINE_TEST_CRASH_AT"
 
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 1  # zstd-1 writes about as fast as snappy and packs timings far better
@@ -71,14 +75,19 @@ class StagedWrite:
         for writer, rel in self._writers.values():
             writer.close()
             rels.append(rel)
-        for rel in rels:
+        _crash_point("before_commit")
+        for i, rel in enumerate(rels):
+            if i == 1:
+                _crash_point("mid_rename")
             dest = self.layout.root / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             src = self.dir / rel
             with open(src, "rb") as f:
                 os.fsync(f.fileno())
             os.replace(src, dest)
+        _crash_point("before_manifest")
         self.layout.write_manifest(self.sha, {**manifest_entry, "files": sorted(rels)})
+        _crash_point("after_manifest")
         shutil.rmtree(self.dir, ignore_errors=True)
         return rels
 
@@ -89,6 +98,11 @@ class StagedWrite:
             except Exception:
                 pass
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _crash_point(name: str) -> None:
+    if os.environ.get(_CRASH_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def empty_table(table: str) -> pa.Table:
