@@ -475,8 +475,8 @@ def records_frame(records: list[Any], name: str = "records") -> pl.DataFrame:
     )
 
 
-def col_or_null(df: pl.DataFrame, name: str, dtype: pl.DataType = pl.Utf8()) -> pl.Expr:
-    return pl.col(name) if name in df.columns else pl.lit(None, dtype=dtype)
+def col_or_null(df: pl.DataFrame, name: str, dtype: pl.DataType | None = None) -> pl.Expr:
+    return pl.col(name) if name in df.columns else pl.lit(None, dtype=dtype or pl.Utf8())
 
 
 def parse_datetime_utc(expr: pl.Expr) -> pl.Expr:
@@ -537,3 +537,50 @@ def has_suffix(path: Path, *suffixes: str) -> bool:
 
 def json_keys_re(*keys: str) -> re.Pattern[str]:
     return re.compile("|".join(re.escape(f'"{k}"') for k in keys))
+
+
+# ---------------------------------------------------------------- arrival-only traces
+
+
+def split_csv(texts_df: pl.DataFrame, names: Sequence[str]) -> pl.DataFrame:
+    """Split a ``_raw`` column of simple CSV lines (no quoted commas) into text columns.
+
+    ``_nfields`` holds the field count so callers can quarantine ragged lines.
+    """
+    n = len(names)
+    parts = pl.col("_raw").str.split_exact(",", n - 1).struct.rename_fields(list(names))
+    return texts_df.with_columns(
+        (pl.col("_raw").str.count_matches(",") + 1).alias("_nfields"), parts.alias("_parts")
+    ).unnest("_parts")
+
+
+class ArrivalClock:
+    """Origin of ``t_arrival``: the earliest arrival of the first batch (traces are time-sorted)."""
+
+    def __init__(self) -> None:
+        self.origin: float | None = None
+
+    def rebase(self, t: pl.Series) -> pl.Series:
+        if self.origin is None:
+            m = t.min()
+            self.origin = float(m) if m is not None else None  # type: ignore[arg-type]
+        return t - (self.origin or 0.0)
+
+
+def arrivals_frame(reader: str, ctx: ReadContext, df: pl.DataFrame) -> pl.DataFrame:
+    """Conform a frame with request_id, source_line, t_arrival and optional token columns."""
+    df = df.with_columns(
+        pl.lit(ctx.default_run_id).alias("run_id"),
+        pl.lit(reader).alias("source_format"),
+        pl.lit(str(ctx.path)).alias("source_file"),
+    )
+    return conform(df, ARRIVALS_SCHEMA)
+
+
+def bad_count(e: pl.Expr) -> pl.Expr:
+    """True when a token count is missing, negative or fractional."""
+    return e.is_null() | ~e.is_finite() | (e < 0) | (e != e.floor())
+
+
+def csv_header(head: bytes) -> list[str]:
+    return [h.strip().strip('"') for h in first_line(head).split(",")]

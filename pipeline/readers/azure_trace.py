@@ -1,0 +1,67 @@
+"""Azure LLM inference traces (AzurePublicDataset): ``TIMESTAMP,ContextTokens,GeneratedTokens``.
+
+2023 (Splitwise): naive datetimes with 7 fractional digits (``2023-11-16 18:17:03.9799600``),
+no time zone — read as UTC. 2024 (DynamoLLM): ``2024-05-10 00:00:00.009930+00:00``, fraction
+dropped on whole seconds. Both are arrivals only (no latencies): they feed the ``arrivals`` table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+
+from pipeline.readers import _common as c
+from pipeline.readers.base import Capabilities, ReadContext, ReaderOutput
+
+PRIORITY = 50
+COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+
+
+class AzureTraceReader:
+    name = "azure_llm_trace"
+    description = (
+        "Azure LLM inference trace CSV, 2023 and 2024 (TIMESTAMP,ContextTokens,GeneratedTokens): "
+        "arrivals only (absolute UTC arrival, prompt and output tokens), no latencies, model or GPU."
+    )
+    capabilities = Capabilities(
+        per_request=False, per_token=False, arrivals_only=True, gpu_model_present=False
+    )
+
+    def sniff(self, path: Path, head: bytes) -> bool:
+        return tuple(c.csv_header(head)) == COLUMNS
+
+    def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
+        clock = c.ArrivalClock()
+        for nums, texts in c.iter_line_batches(ctx, skip_header=True):
+            df = c.split_csv(pl.DataFrame({"_line": nums, "_raw": texts}), COLUMNS)
+            df = df.with_columns(
+                c.parse_datetime_utc(pl.col("TIMESTAMP")).alias("arrival_at"),
+                c.num(pl.col("ContextTokens")).alias("p"),
+                c.num(pl.col("GeneratedTokens")).alias("o"),
+            )
+            good, q = c.split_valid(
+                df,
+                [
+                    (pl.col("_nfields") != 3, "expected 3 comma-separated fields"),
+                    (pl.col("arrival_at").is_null(), "TIMESTAMP is not a date-time"),
+                    (c.bad_count(pl.col("p")), "ContextTokens is not a whole number >= 0"),
+                    (c.bad_count(pl.col("o")), "GeneratedTokens is not a whole number >= 0"),
+                ],
+            )
+            epoch = good["arrival_at"].dt.epoch("us").cast(pl.Float64) / 1e6
+            out = good.with_columns(clock.rebase(epoch).alias("t_arrival")).select(
+                (pl.col("_line") - 1).cast(pl.Utf8).alias("request_id"),
+                pl.col("_line").alias("source_line"),
+                "t_arrival",
+                "arrival_at",
+                pl.col("p").cast(pl.Int64).alias("prompt_tokens"),
+                pl.col("o").cast(pl.Int64).alias("output_tokens"),
+            )
+            yield ReaderOutput(
+                arrivals=c.arrivals_frame(self.name, ctx, out), quarantine=q if q.height else None
+            )
+
+
+READER = AzureTraceReader()

@@ -1,0 +1,137 @@
+"""ray-project llmperf: ``*_individual_responses.json`` (array of requests) and ``*_summary.json``.
+
+Individual responses carry durations only (``ttft_s``, ``end_to_end_latency_s``), token counts
+and ``error_code``/``error_msg``: no request timestamps, no per-token times. Requests therefore
+all sit at t=0 of a relative clock. llmperf's ``inter_token_latency_s`` includes the TTFT (it is
+≈ e2e / output tokens) and is not mapped to anything; TPOT is recomputed from first token and
+finish. The summary is a flat object: ``results_*`` numbers (min/max sometimes written as strings)
+→ ``run_summaries``; model, concurrency and ``--metadata`` keys → ``runs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+
+from pipeline.readers import _common as c
+from pipeline.readers.base import Capabilities, InputError, ReadContext, ReaderOutput
+
+PRIORITY = 40
+
+
+class LlmperfReader:
+    name = "llmperf"
+    description = (
+        "ray-project llmperf individual_responses.json (one request per element: TTFT, E2E, "
+        "token counts, errors; no timestamps, so all arrivals at t=0 relative) and summary.json "
+        "(results_* -> run_summaries, model/concurrency/metadata -> runs). No per-token times. "
+        "No model or GPU in the individual file: use --set model=... gpu=..."
+    )
+    capabilities = Capabilities(
+        per_request=True,
+        per_token=False,
+        arrivals_only=False,
+        gpu_model_present=False,
+        needs_set=("model", "gpu", "gpu_count"),
+    )
+
+    def sniff(self, path: Path, head: bytes) -> bool:
+        text = c.head_text(head)
+        if text.startswith("["):
+            return '"end_to_end_latency_s"' in text and '"ttft_s"' in text
+        if text.startswith("{"):
+            return '"results_ttft_s_' in text or (
+                '"num_concurrent_requests"' in text and '"results_' in text
+            )
+        return False
+
+    def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
+        doc = c.load_json(ctx)
+        if isinstance(doc, list):
+            yield self._individual(ctx, doc)
+        elif isinstance(doc, dict):
+            yield self._summary(ctx, doc)
+        else:
+            raise InputError(f"llmperf file is a JSON {type(doc).__name__}, not an array/object")
+
+    def _individual(self, ctx: ReadContext, records: list) -> ReaderOutput:
+        df = c.records_frame(records)
+        g = lambda n: c.col_or_null(df, n)  # noqa: E731
+        x = df.with_columns(
+            c.num(g("ttft_s")).alias("ttft"),
+            c.num(g("end_to_end_latency_s")).alias("e2e"),
+            c.num(g("number_input_tokens")).alias("inp"),
+            c.num(g("number_output_tokens")).alias("outp"),
+            g("error_code").alias("code"),
+            g("error_msg").alias("msg"),
+        )
+        is_err = pl.col("code").is_not_null() & (pl.col("code").str.strip_chars() != "")
+
+        def bad_int(e: pl.Expr) -> pl.Expr:
+            return e.is_null() | (e < 0) | (e != e.floor())
+
+        checks = [
+            (pl.col("_raw").str.starts_with('{"_not_an_object"'), "element is not an object"),
+            (bad_int(pl.col("inp")), "number_input_tokens missing or not a whole number"),
+            (bad_int(pl.col("outp")), "number_output_tokens missing or not a whole number"),
+            (~is_err & pl.col("ttft").is_null(), "ttft_s missing or not a number"),
+            (~is_err & pl.col("e2e").is_null(), "end_to_end_latency_s missing or not a number"),
+        ]
+        good, q = c.split_valid(x, checks)
+        ok = ~is_err
+        out = good.select(
+            (pl.col("_line") - 1).cast(pl.Utf8).alias("request_id"),
+            pl.col("_line").alias("source_line"),
+            pl.lit(ctx.default_run_id).alias("run_id"),
+            pl.col("inp").cast(pl.Int64).alias("prompt_tokens"),
+            pl.col("outp").cast(pl.Int64).alias("output_tokens"),
+            pl.lit("relative").alias("clock"),
+            pl.lit(0.0).alias("arrival_ts"),
+            pl.col("ttft").alias("first_token_ts"),
+            pl.col("e2e").alias("finish_ts"),
+            pl.when(ok).then(pl.lit("ok")).otherwise(pl.lit("error")).alias("status"),
+            pl.when(ok)
+            .then(None)
+            .otherwise(
+                pl.concat_str(
+                    [
+                        pl.lit("error_code "),
+                        pl.col("code"),
+                        pl.lit(": "),
+                        pl.col("msg").fill_null(""),
+                    ]
+                )
+            )
+            .alias("error"),
+        )
+        return ReaderOutput(
+            requests=c.requests_frame(out),
+            quarantine=q if q.height else None,
+            runs=c.runs_frame(
+                self.name,
+                ctx,
+                [{"run_id": ctx.default_run_id, "metadata": {"arrival_times_known": False}}],
+            ),
+        )
+
+    def _summary(self, ctx: ReadContext, doc: dict) -> ReaderOutput:
+        metrics = {k: v for k, v in doc.items() if k.startswith("results_")}
+        meta = {k: v for k, v in doc.items() if not k.startswith("results_")}
+        meta["results_error_code_frequency"] = doc.get("results_error_code_frequency")
+        run = {
+            "run_id": ctx.default_run_id,
+            "model": doc.get("model"),
+            "max_concurrency": doc.get("num_concurrent_requests"),
+            "metadata": meta,
+        }
+        if not metrics:
+            raise InputError("llmperf summary without any results_* keys")
+        return ReaderOutput(
+            runs=c.runs_frame(self.name, ctx, [run]),
+            run_summaries=c.summaries_frame(self.name, ctx, ctx.default_run_id, metrics),
+        )
+
+
+READER = LlmperfReader()
