@@ -1,4 +1,4 @@
-"""NVIDIA AIPerf aggregate exports: ``profile_export_aiperf.json`` and ``profile_export_aiperf.csv``.
+"""NVIDIA AIPerf aggregates: ``profile_export_aiperf.json`` and ``profile_export_aiperf.csv``.
 
 The JSON holds ``records`` (tag → ``{unit, avg, min, max, p1..p99, std, count}``) and
 ``input_config`` (model names, endpoint, concurrency, ...). Each statistic becomes one

@@ -23,7 +23,7 @@ class AzureTraceReader:
     name = "azure_llm_trace"
     description = (
         "Azure LLM inference trace CSV, 2023 and 2024 (TIMESTAMP,ContextTokens,GeneratedTokens): "
-        "arrivals only (absolute UTC arrival, prompt and output tokens), no latencies, model or GPU."
+        "arrivals only (absolute UTC arrival, prompt and output tokens); no latencies, model, GPU."
     )
     capabilities = Capabilities(
         per_request=False, per_token=False, arrivals_only=True, gpu_model_present=False

@@ -18,6 +18,7 @@ import polars as pl
 
 from pipeline.readers import _common as c
 from pipeline.readers.base import Capabilities, InputError, ReadContext, ReaderOutput
+from pipeline.readers.vllm_bench import run_ids
 
 PRIORITY = 41
 STATUS = {"successful": "ok", "errored": "error", "incomplete": "cancelled"}
@@ -71,11 +72,7 @@ class GuidellmReader:
         if not isinstance(benches, list):
             raise InputError("guidellm report without a 'benchmarks' list")
         n = len(benches)
-        ids = (
-            [ctx.default_run_id]
-            if n == 1
-            else [f"{ctx.default_run_id}#{k}" for k in range(1, n + 1)]
-        )
+        ids = run_ids(ctx, n)
         offset = 0
         for bench, run_id in zip(benches, ids, strict=True):
             if not isinstance(bench, dict):

@@ -166,10 +166,7 @@ def per_request_arrays(
     ok = ~pl.col("_is_err")
     gaps = pl.col("itl").fill_null(pl.lit([], dtype=pl.List(pl.Float64)))
     token_times = c.cum_token_times(pl.col("ttft"), gaps)
-    if have_lat:
-        finish_rel = pl.col("lat")
-    else:
-        finish_rel = pl.col("ttft") + gaps.list.sum()
+    finish_rel = pl.col("lat") if have_lat else pl.col("ttft") + gaps.list.sum()
     out = good.with_columns(
         arrival.alias("arrival_ts"),
         pl.when(ok).then(token_times).otherwise(None).alias("token_times"),
