@@ -114,8 +114,9 @@ class NativeReader:
     )
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        first = head.lstrip()[:1]
-        return first == b"{" and b'"request_id"' in head and b'"arrival_ts"' in head
+        # Loose on purpose: more specific readers sniff first, and a garbage first line must
+        # not turn a log into "unrecognised" (it is quarantined line by line instead).
+        return b'"request_id"' in head and b'"arrival_ts"' in head
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
         blocks = iter_blocks(ctx.path)

@@ -1,0 +1,90 @@
+"""The real entry point: exit codes, messages, output formats."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+from tests.conftest import record, write_jsonl
+
+
+def run(args, env, **kw):
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        **kw,
+    )
+
+
+def test_ingest_then_query_csv_and_json(tmp_path, cli_env):
+    logs = write_jsonl(tmp_path / "a.jsonl", [record(i) for i in range(5)] + ["{bad"])
+    r = run(["ingest", str(logs), "--json", "--quiet"], cli_env)
+    assert r.returncode == 0, r.stderr
+    counts = json.loads(r.stdout)
+    assert (counts["read"], counts["ingested"], counts["quarantined"]) == (6, 5, 1)
+    r = run(
+        [
+            "query",
+            "--sql",
+            "SELECT request_id, output_tokens FROM requests ORDER BY 1",
+            "--format",
+            "csv",
+        ],
+        cli_env,
+    )
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert [x["request_id"] for x in rows] == [f"req-{i:06d}" for i in range(5)]
+    r = run(["query", "quarantine_reasons", "--format", "json"], cli_env)
+    (q,) = json.loads(r.stdout)
+    assert q["records"] == 1 and q["first_line"] == 6
+
+
+def test_strict_exits_1_when_something_was_quarantined(tmp_path, cli_env):
+    logs = write_jsonl(tmp_path / "a.jsonl", [record(0), "{bad"])
+    r = run(["ingest", str(logs), "--strict", "--quiet"], cli_env)
+    assert r.returncode == 1
+    clean = write_jsonl(tmp_path / "b" / "b.jsonl", [record(9)])
+    assert run(["ingest", str(clean), "--strict", "--quiet"], cli_env).returncode == 0
+
+
+def test_usage_errors_exit_2_with_a_message_not_a_traceback(tmp_path, cli_env):
+    logs = write_jsonl(tmp_path / "a.jsonl", [record(0)])
+    for args, text in [
+        (["ingest", str(logs), "--set", "gpux=1"], "not a metadata column"),
+        (["ingest", str(logs), "--set", "gpu_count=two"], "gpu_count must be a positive integer"),
+        (["ingest", str(logs), "--format", "nope"], "unknown format"),
+        (["query", "no_such_query"], "no query named"),
+        (["query", "--sql", "DELETE FROM requests"], "only read-only queries"),
+        (["query", "--sql", "SELECT nope FROM requests"], "query failed"),
+        (["query", "--sql", "SELECT 1", "--format", "parquet"], "needs --out"),
+    ]:
+        r = run(args, cli_env)
+        assert r.returncode == 2, (args, r.stderr)
+        assert text in r.stderr, (args, r.stderr)
+        assert "Traceback" not in r.stderr
+
+
+def test_every_command_has_help_with_an_example(cli_env):
+    from pipeline.cli import main
+
+    for name in main.commands:
+        r = run([name, "--help"], cli_env)
+        assert r.returncode == 0, name
+        assert "pipeline " + name in r.stdout or "Example" in r.stdout, name
+
+
+def test_parquet_output(tmp_path, cli_env):
+    import pyarrow.parquet as pq
+
+    write_jsonl(tmp_path / "a.jsonl", [record(i) for i in range(3)])
+    run(["ingest", str(tmp_path / "a.jsonl"), "-q"], cli_env)
+    out = tmp_path / "o.parquet"
+    r = run(["query", "latency_percentiles", "-f", "parquet", "-o", str(out)], cli_env)
+    assert r.returncode == 0, r.stderr
+    assert pq.read_table(out).column("requests").to_pylist() == [3]
