@@ -100,6 +100,7 @@ def test_counts_add_up_and_values_round_trip(case):
         assert t["read"] == t["ingested"] + t["quarantined"] + t["duplicates"]
         assert t["read"] == len(lines) or (not lines and t["read"] == 0)
         assert t["ingested"] == len(good)
+        assert t["quarantined"] == bad
         con = connect(layout)
         stored = {
             r[0]: r[1:]
