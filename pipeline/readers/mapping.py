@@ -1,0 +1,351 @@
+"""Declarative mapping reader: a TOML file says which input column is which canonical field.
+
+Works for CSV, JSON (an array of records, or one under ``records = "a.b"``), JSON lines and
+Parquet. See ``docs/mapping.md``. Example::
+
+    format = "csv"
+    [time]                       # how timestamp columns are written
+    clock = "unix"               # unix | relative | datetime
+    unit = "ms"                  # s | ms | us | ns (numbers)
+    # datetime_format = "%Y-%m-%d %H:%M:%S%.f"   (clock = "datetime"; UTC unless an offset)
+    [fields]
+    request_id = "id"
+    arrival_ts = "start_ms"
+    finish_ts = "end_ms"
+    ttft = { column = "ttft", unit = "s" }       # durations are relative to arrival
+    prompt_tokens = "input_tokens"
+    output_tokens = "output_tokens"
+    [status_values]              # optional: raw value -> ok | error | cancelled
+    ok = ["200", "success"]
+
+Timestamps (``arrival_ts``, ``scheduled_ts``, ``first_token_ts``, ``finish_ts``) follow ``[time]``
+unless a field table overrides ``unit`` / ``clock`` / ``datetime_format``. Durations (``ttft``,
+``e2e``, ``queue``, ``prefill``, ``decode``) add to arrival (decode: to the first token).
+``token_times`` / ``itl`` name list columns (seconds since arrival / gaps after the first token).
+"""
+
+from __future__ import annotations
+
+import io
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pipeline.readers import _common as c
+from pipeline.readers.base import (
+    CANONICAL_SCHEMA,
+    Capabilities,
+    InputError,
+    ReadContext,
+    ReaderOutput,
+)
+
+PRIORITY = 1000  # never sniffs: used only when a mapping file is given
+TIMESTAMPS = ("arrival_ts", "scheduled_ts", "first_token_ts", "finish_ts")
+DURATIONS = ("ttft", "e2e", "queue", "prefill", "decode")
+LISTS = ("token_times", "itl", "token_counts")
+FORMATS = ("csv", "json", "jsonl", "parquet")
+DIRECT = tuple(
+    n for n in CANONICAL_SCHEMA if n not in (*TIMESTAMPS, "token_times", "token_counts", "clock")
+)
+
+
+class MappingError(InputError):
+    """The mapping file itself is wrong."""
+
+
+@dataclass
+class FieldSpec:
+    column: str
+    unit: str | None = None
+    clock: str | None = None
+    datetime_format: str | None = None
+
+
+@dataclass
+class Mapping:
+    path: Path
+    format: str | None
+    records: str | None
+    clock: str
+    unit: str
+    datetime_format: str | None
+    fields: dict[str, FieldSpec]
+    status_values: dict[str, list[str]] = field(default_factory=dict)
+    csv_separator: str = ","
+
+
+def load_mapping(path: Path) -> Mapping:
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise MappingError(f"mapping file {path}: {exc}") from exc
+    time = raw.get("time", {})
+    fmt = raw.get("format")
+    if fmt is not None and fmt not in FORMATS:
+        raise MappingError(f"mapping {path}: format must be one of {', '.join(FORMATS)}")
+    clock = time.get("clock", "unix")
+    if clock not in ("unix", "relative", "datetime"):
+        raise MappingError(f"mapping {path}: [time] clock must be unix, relative or datetime")
+    unit = time.get("unit", "s")
+    if unit not in c.UNIT_SECONDS:
+        raise MappingError(f"mapping {path}: unknown unit {unit!r} (use s, ms, us or ns)")
+    fields: dict[str, FieldSpec] = {}
+    known = set(DIRECT) | set(TIMESTAMPS) | set(DURATIONS) | set(LISTS)
+    for name, spec in (raw.get("fields") or {}).items():
+        if name not in known:
+            raise MappingError(
+                f"mapping {path}: unknown field {name!r}; known: {', '.join(sorted(known))}"
+            )
+        if isinstance(spec, str):
+            fields[name] = FieldSpec(spec)
+        elif isinstance(spec, dict) and isinstance(spec.get("column"), str):
+            u = spec.get("unit")
+            if u is not None and u not in c.UNIT_SECONDS:
+                raise MappingError(f"mapping {path}: field {name}: unknown unit {u!r}")
+            fields[name] = FieldSpec(
+                spec["column"], u, spec.get("clock"), spec.get("datetime_format")
+            )
+        else:
+            raise MappingError(f"mapping {path}: field {name} must be a column name or a table")
+    for required in ("arrival_ts", "prompt_tokens", "output_tokens"):
+        if required not in fields:
+            raise MappingError(f"mapping {path}: [fields] must map {required}")
+    return Mapping(
+        path=Path(path),
+        format=fmt,
+        records=raw.get("records"),
+        clock=clock,
+        unit=unit,
+        datetime_format=time.get("datetime_format"),
+        fields=fields,
+        status_values={k: [str(x) for x in v] for k, v in (raw.get("status_values") or {}).items()},
+        csv_separator=raw.get("csv_separator", ","),
+    )
+
+
+def _input_format(m: Mapping, path: Path) -> str:
+    if m.format:
+        return m.format
+    for f in FORMATS:
+        if c.has_suffix(path, "." + f):
+            return f
+    if c.has_suffix(path, ".ndjson"):
+        return "jsonl"
+    raise InputError(f"cannot tell the input format of {path.name}; set format in the mapping")
+
+
+class MappingReader:
+    name = "mapping"
+    description = (
+        "Declarative mapping (--mapping FILE.toml) for CSV / JSON / JSON lines / Parquet: which "
+        "column is which canonical field, with unit (s/ms/us/ns) and clock (unix, relative or a "
+        "datetime format). Never sniffed; see docs/mapping.md."
+    )
+    capabilities = Capabilities(
+        per_request=True, per_token=True, arrivals_only=False, gpu_model_present=False
+    )
+
+    def __init__(self, mapping: Mapping | None = None) -> None:
+        self.mapping = mapping
+
+    def sniff(self, path: Path, head: bytes) -> bool:
+        return False
+
+    def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
+        m = self.mapping
+        if m is None:
+            mp = getattr(ctx, "mapping", None)
+            if mp is None:
+                raise InputError("the mapping reader needs a mapping file (--mapping FILE.toml)")
+            m = load_mapping(Path(mp))
+        df = self._load(m, ctx)
+        yield self._convert(m, ctx, df)
+
+    # -- input
+
+    def _load(self, m: Mapping, ctx: ReadContext) -> pl.DataFrame:
+        fmt = _input_format(m, ctx.path)
+        cols = sorted({s.column for s in m.fields.values()})
+        if fmt == "parquet":
+            try:
+                df = pl.read_parquet(io.BytesIO(c.read_all(ctx)))
+            except Exception as exc:
+                raise InputError(f"not a readable Parquet file: {exc}") from exc
+            df = df.with_row_index("_line", offset=1).with_columns(
+                pl.col("_line").cast(pl.Int64),
+                pl.struct(pl.all()).struct.json_encode().alias("_raw"),
+            )
+        elif fmt == "csv":
+            data = c.read_all(ctx)
+            try:
+                df = pl.read_csv(
+                    io.BytesIO(data),
+                    separator=m.csv_separator,
+                    infer_schema=False,
+                    truncate_ragged_lines=True,
+                )
+            except Exception as exc:
+                raise InputError(f"not a readable CSV file: {exc}") from exc
+            df = df.with_row_index("_line", offset=2).with_columns(
+                pl.col("_line").cast(pl.Int64),
+                pl.concat_str(pl.all().exclude("_line").fill_null(""), separator=",").alias("_raw"),
+            )
+        elif fmt == "jsonl":
+            frames, qs = [], []
+            for nums, texts in c.iter_line_batches(ctx):
+                d, q = c.parse_ndjson(nums, texts, cols)
+                frames.append(d)
+                qs.append(q)
+            df = pl.concat(frames) if frames else pl.DataFrame()
+            self._pre_q = pl.concat(qs) if qs else c.empty_quarantine()
+            return df
+        else:
+            doc: Any = c.load_json(ctx)
+            if m.records:
+                for part in m.records.split("."):
+                    doc = doc.get(part) if isinstance(doc, dict) else None
+            if not isinstance(doc, list):
+                raise InputError(
+                    f"JSON input: {m.records or 'the document'} is not an array of records"
+                )
+            df = c.records_frame(doc)
+        self._pre_q = c.empty_quarantine()
+        return df
+
+    # -- conversion
+
+    def _time(self, m: Mapping, name: str, spec: FieldSpec) -> tuple[pl.Expr, str]:
+        clock = spec.clock or m.clock
+        col = pl.col(spec.column)
+        if clock == "datetime":
+            fmt = spec.datetime_format or m.datetime_format
+            if fmt:
+                text = col.cast(pl.Utf8).str.strip_chars()
+                dt = pl.coalesce(
+                    text.str.to_datetime(fmt, strict=False, time_unit="us", time_zone="UTC"),
+                    text.str.to_datetime(fmt, strict=False, time_unit="us").dt.replace_time_zone(
+                        "UTC"
+                    ),
+                )
+            else:
+                dt = c.parse_datetime_utc(col)
+            return dt.dt.epoch("us").cast(pl.Float64) / 1e6, "unix"
+        scale = c.UNIT_SECONDS[spec.unit or m.unit]
+        return c.num(col) * scale, clock
+
+    def _convert(self, m: Mapping, ctx: ReadContext, df: pl.DataFrame) -> ReaderOutput:
+        missing = sorted({s.column for s in m.fields.values()} - set(df.columns))
+        if df.height and missing and m.format not in ("jsonl",):
+            raise InputError(f"columns named in the mapping are not in the input: {missing}")
+        for col in missing:
+            df = df.with_columns(pl.lit(None, pl.Utf8).alias(col))
+        exprs: dict[str, pl.Expr] = {}
+        clocks = set()
+        for name in TIMESTAMPS:
+            if name in m.fields:
+                e, clk = self._time(m, name, m.fields[name])
+                exprs[name] = e
+                clocks.add(clk)
+        if len(clocks) > 1:
+            raise MappingError(
+                f"mapping {m.path}: timestamps on different clocks ({', '.join(sorted(clocks))})"
+            )
+        clock = clocks.pop() if clocks else "relative"
+        arrival = exprs["arrival_ts"]
+        dur = {
+            n: c.num(pl.col(s.column)) * c.UNIT_SECONDS[s.unit or m.unit]
+            for n, s in m.fields.items()
+            if n in DURATIONS
+        }
+        if "first_token_ts" not in exprs and "ttft" in dur:
+            exprs["first_token_ts"] = arrival + dur["ttft"]
+        if "scheduled_ts" not in exprs and "queue" in dur:
+            exprs["scheduled_ts"] = arrival + dur["queue"]
+        if "scheduled_ts" not in exprs and "prefill" in dur and "first_token_ts" in exprs:
+            exprs["scheduled_ts"] = exprs["first_token_ts"] - dur["prefill"]
+        if "finish_ts" not in exprs and "e2e" in dur:
+            exprs["finish_ts"] = arrival + dur["e2e"]
+        if "finish_ts" not in exprs and "decode" in dur and "first_token_ts" in exprs:
+            exprs["finish_ts"] = exprs["first_token_ts"] + dur["decode"]
+        if "token_times" in m.fields:
+            s = m.fields["token_times"]
+            exprs["token_times"] = c.num_list(pl.col(s.column)) * c.UNIT_SECONDS[s.unit or m.unit]
+        elif "itl" in m.fields and "first_token_ts" in exprs:
+            s = m.fields["itl"]
+            gaps = c.num_list(pl.col(s.column)) * c.UNIT_SECONDS[s.unit or m.unit]
+            exprs["token_times"] = c.cum_token_times(exprs["first_token_ts"] - arrival, gaps)
+        if "token_counts" in m.fields:
+            exprs["token_counts"] = c.num_list(
+                pl.col(m.fields["token_counts"].column), int_only=True
+            )
+        for name in DIRECT:
+            if name in m.fields:
+                exprs[name] = pl.col(m.fields[name].column)
+        if m.status_values and "status" in m.fields:
+            st = pl.col(m.fields["status"].column).cast(pl.Utf8)
+            mapped = pl.lit(None, pl.Utf8)
+            for target, raws in m.status_values.items():
+                mapped = pl.when(st.is_in(raws)).then(pl.lit(target)).otherwise(mapped)
+            exprs["status"] = mapped
+        x = df.with_columns(**{f"_{k}": v for k, v in exprs.items()})
+        checks = [
+            (pl.col("_arrival_ts").is_null(), "arrival time missing or not in the mapped unit"),
+            (c.bad_count(c.num(pl.col("_prompt_tokens"))), "prompt_tokens is not a count"),
+            (c.bad_count(c.num(pl.col("_output_tokens"))), "output_tokens is not a count"),
+        ]
+        if "status" in exprs:
+            checks.append(
+                (
+                    ~pl.col("_status").is_in(["ok", "error", "cancelled"]),
+                    "status value is not mapped to ok/error/cancelled",
+                )
+            )
+        for name in ("first_token_ts", "finish_ts", "scheduled_ts"):
+            if name in exprs:
+                src = m.fields.get(name)
+                col = src.column if src else None
+                if col:
+                    checks.append(
+                        (
+                            pl.col(col).is_not_null() & pl.col(f"_{name}").is_null(),
+                            f"{name} ({col}) is not a time in the mapped unit/format",
+                        )
+                    )
+        good, q = c.split_valid(x, checks)
+        rid = (
+            pl.col("_request_id").cast(pl.Utf8)
+            if "request_id" in exprs
+            else (pl.col("_line") - 1).cast(pl.Utf8)
+        )
+        out = good.select(
+            *[pl.col(f"_{k}").alias(k) for k in exprs if k not in ("request_id", "run_id")],
+            rid.alias("request_id"),
+            (
+                pl.col("_run_id").cast(pl.Utf8) if "run_id" in exprs else pl.lit(ctx.default_run_id)
+            ).alias("run_id"),
+            pl.lit(clock).alias("clock"),
+            pl.col("_line").alias("source_line"),
+        )
+        if "output_tokens" in exprs:
+            out = out.with_columns(c.num(pl.col("output_tokens")).cast(pl.Int64))
+        if "prompt_tokens" in exprs:
+            out = out.with_columns(c.num(pl.col("prompt_tokens")).cast(pl.Int64))
+        if "status" not in exprs:
+            out = out.with_columns(pl.lit("ok").alias("status"))
+        quarantine = pl.concat([self._pre_q, q])
+        return ReaderOutput(
+            requests=c.requests_frame(out), quarantine=quarantine if quarantine.height else None
+        )
+
+
+def reader_for_mapping(path: Path | str) -> MappingReader:
+    """A reader bound to one mapping file (until ReadContext carries the mapping path)."""
+    return MappingReader(load_mapping(Path(path)))
+
+
+READER = MappingReader()
