@@ -437,7 +437,8 @@ def test_burstgpt_layouts(tmp_path: Path, eight: bool) -> None:
                 "45,s2,3.0,GPT-4,1087,230,1317,API log\n")  # fmt: skip
     else:
         text = ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-                "5,ChatGPT,472,18,490,Conversation log\n45,GPT-4,1087,230,1317,API log\n")  # fmt: skip
+                "5,ChatGPT,472,18,490,Conversation log\n"
+                "45,GPT-4,1087,230,1317,API log\n")  # fmt: skip
     p = tmp_path / "BurstGPT_1.csv"
     p.write_text(text + "x,ChatGPT\n")
     assert detected(p) == "burstgpt"

@@ -42,6 +42,7 @@ UNIT_SECONDS: dict[str, float] = {
     "ns": 1e-9,
 }
 RAW_LIMIT = 64 * 1024
+MAX_COUNT = 2.0**53  # token counts above this are not counts (and overflow Int64 casts)
 NUMBER_LIST_RE = r"^\s*\[\s*(-?[0-9][0-9.eE+-]*\s*(,\s*-?[0-9][0-9.eE+-]*\s*)*)?\]\s*$"
 INT_LIST_RE = r"^\s*\[\s*(-?[0-9]+\s*(,\s*-?[0-9]+\s*)*)?\]\s*$"
 
@@ -212,7 +213,7 @@ def split_valid(
     bad = df.filter(pl.col("_reason").is_not_null() & (pl.col("_reason") != ""))
     good = df.filter(pl.col("_reason").is_null() | (pl.col("_reason") == "")).drop("_reason")
     q = bad.select(
-        pl.col(line).cast(pl.Int64).alias("line"),
+        pl.col(line).cast(pl.Int64, strict=False).alias("line"),
         pl.col("_reason").alias("reason"),
         pl.col(raw).cast(pl.Utf8).str.slice(0, RAW_LIMIT).alias("raw"),
     )
@@ -392,7 +393,8 @@ def num(expr: pl.Expr) -> pl.Expr:
 def intval(expr: pl.Expr) -> pl.Expr:
     """A whole number as Int64 (null for fractions, text, bools)."""
     f = num(expr)
-    return pl.when(f.is_finite() & (f == f.floor())).then(f).otherwise(None).cast(pl.Int64)
+    ok = f.is_finite() & (f == f.floor()) & (f.abs() <= MAX_COUNT)
+    return pl.when(ok).then(f).otherwise(None).cast(pl.Int64, strict=False)
 
 
 def jpath(col: str, path: str) -> pl.Expr:
@@ -470,7 +472,7 @@ def records_frame(records: list[Any], name: str = "records") -> pl.DataFrame:
     else:
         df = pl.DataFrame(schema=schema)
     return df.with_columns(
-        pl.int_range(1, len(records) + 1, eager=True).cast(pl.Int64).alias("_line"),
+        pl.int_range(1, len(records) + 1, eager=True).cast(pl.Int64, strict=False).alias("_line"),
         pl.Series("_raw", payload.split("\n") if payload else [], dtype=pl.Utf8),
     )
 
@@ -579,7 +581,7 @@ def arrivals_frame(reader: str, ctx: ReadContext, df: pl.DataFrame) -> pl.DataFr
 
 def bad_count(e: pl.Expr) -> pl.Expr:
     """True when a token count is missing, negative or fractional."""
-    return e.is_null() | ~e.is_finite() | (e < 0) | (e != e.floor())
+    return e.is_null() | ~e.is_finite() | (e < 0) | (e != e.floor()) | (e > MAX_COUNT)
 
 
 def csv_header(head: bytes) -> list[str]:

@@ -107,8 +107,7 @@ class AiperfReader:
             .alias("error_text"),
         )
 
-        def bad_int(e: pl.Expr) -> pl.Expr:
-            return e.is_null() | (e < 0) | (e != e.floor())
+        bad_int = c.bad_count
 
         ok = ~pl.col("is_err")
         checks = [
@@ -135,13 +134,13 @@ class AiperfReader:
             pl.lit([], dtype=pl.List(pl.Float64))
         )
         has_icl = pl.col("icl_raw").is_not_null()
-        osl = pl.col("osl").cast(pl.Int64)
+        osl = pl.col("osl").cast(pl.Int64, strict=False)
         base = pl.col("t0_ns")
         out = good.select(
             pl.coalesce(pl.col("rid"), pl.col("_line").cast(pl.Utf8)).alias("request_id"),
             pl.col("_line").alias("source_line"),
             pl.lit(ctx.default_run_id).alias("run_id"),
-            pl.col("isl").cast(pl.Int64).alias("prompt_tokens"),
+            pl.col("isl").cast(pl.Int64, strict=False).alias("prompt_tokens"),
             pl.when(pl.col("is_err") & osl.is_null()).then(0).otherwise(osl).alias("output_tokens"),
             pl.lit("unix").alias("clock"),
             # ns → s in two steps keeps sub-µs precision of the large epoch values.

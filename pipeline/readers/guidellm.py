@@ -191,8 +191,7 @@ class GuidellmReader:
         )
         ok = pl.col("_status") == "ok"
 
-        def bad_int(e: pl.Expr) -> pl.Expr:
-            return e.is_null() | (e < 0) | (e != e.floor())
+        bad_int = c.bad_count
 
         checks = [
             (pl.col("_raw").str.starts_with('{"_not_an_object"'), "entry is not an object"),
@@ -207,11 +206,11 @@ class GuidellmReader:
             pl.col("_line").alias("source_line"),
             pl.lit(run_id).alias("run_id"),
             pl.lit(model if isinstance(model, str) else None, pl.Utf8).alias("model"),
-            pl.col("inp").cast(pl.Int64).alias("prompt_tokens"),
+            pl.col("inp").cast(pl.Int64, strict=False).alias("prompt_tokens"),
             pl.when(ok | pl.col("outp").is_not_null())
             .then(pl.col("outp"))
             .otherwise(0)
-            .cast(pl.Int64)
+            .cast(pl.Int64, strict=False)
             .alias("output_tokens"),
             pl.lit("unix").alias("clock"),
             pl.col("t0").alias("arrival_ts"),

@@ -69,8 +69,7 @@ class LlmperfReader:
         )
         is_err = pl.col("code").is_not_null() & (pl.col("code").str.strip_chars() != "")
 
-        def bad_int(e: pl.Expr) -> pl.Expr:
-            return e.is_null() | (e < 0) | (e != e.floor())
+        bad_int = c.bad_count
 
         checks = [
             (pl.col("_raw").str.starts_with('{"_not_an_object"'), "element is not an object"),
@@ -85,8 +84,8 @@ class LlmperfReader:
             (pl.col("_line") - 1).cast(pl.Utf8).alias("request_id"),
             pl.col("_line").alias("source_line"),
             pl.lit(ctx.default_run_id).alias("run_id"),
-            pl.col("inp").cast(pl.Int64).alias("prompt_tokens"),
-            pl.col("outp").cast(pl.Int64).alias("output_tokens"),
+            pl.col("inp").cast(pl.Int64, strict=False).alias("prompt_tokens"),
+            pl.col("outp").cast(pl.Int64, strict=False).alias("output_tokens"),
             pl.lit("relative").alias("clock"),
             pl.lit(0.0).alias("arrival_ts"),
             pl.col("ttft").alias("first_token_ts"),

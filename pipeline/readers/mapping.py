@@ -177,7 +177,7 @@ class MappingReader:
             except Exception as exc:
                 raise InputError(f"not a readable Parquet file: {exc}") from exc
             df = df.with_row_index("_line", offset=1).with_columns(
-                pl.col("_line").cast(pl.Int64),
+                pl.col("_line").cast(pl.Int64, strict=False),
                 pl.struct(pl.all()).struct.json_encode().alias("_raw"),
             )
         elif fmt == "csv":
@@ -192,7 +192,7 @@ class MappingReader:
             except Exception as exc:
                 raise InputError(f"not a readable CSV file: {exc}") from exc
             df = df.with_row_index("_line", offset=2).with_columns(
-                pl.col("_line").cast(pl.Int64),
+                pl.col("_line").cast(pl.Int64, strict=False),
                 pl.concat_str(pl.all().exclude("_line").fill_null(""), separator=",").alias("_raw"),
             )
         elif fmt == "jsonl":
@@ -332,9 +332,9 @@ class MappingReader:
             pl.col("_line").alias("source_line"),
         )
         if "output_tokens" in exprs:
-            out = out.with_columns(c.num(pl.col("output_tokens")).cast(pl.Int64))
+            out = out.with_columns(c.num(pl.col("output_tokens")).cast(pl.Int64, strict=False))
         if "prompt_tokens" in exprs:
-            out = out.with_columns(c.num(pl.col("prompt_tokens")).cast(pl.Int64))
+            out = out.with_columns(c.num(pl.col("prompt_tokens")).cast(pl.Int64, strict=False))
         if "status" not in exprs:
             out = out.with_columns(pl.lit("ok").alias("status"))
         quarantine = pl.concat([self._pre_q, q])

@@ -64,8 +64,8 @@ class MooncakeReader:
                 (pl.col("_line") - 1).cast(pl.Utf8).alias("request_id"),
                 pl.col("_line").alias("source_line"),
                 "t_arrival",
-                pl.col("p").cast(pl.Int64).alias("prompt_tokens"),
-                pl.col("o").cast(pl.Int64).alias("output_tokens"),
+                pl.col("p").cast(pl.Int64, strict=False).alias("prompt_tokens"),
+                pl.col("o").cast(pl.Int64, strict=False).alias("output_tokens"),
                 pl.col("h").alias("prefix_hash_ids"),
             )
             quarantine = pl.concat([q0, q]) if q0.height else q

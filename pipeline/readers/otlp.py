@@ -189,9 +189,9 @@ class OtlpReader:
             pl.lit(ctx.default_run_id).alias("run_id"),
             pl.col("model"),
             engine.alias("engine"),
-            pl.col("inp").cast(pl.Int64).alias("prompt_tokens"),
-            pl.col("cached").fill_null(0).cast(pl.Int64).alias("cached_tokens"),
-            pl.col("outp").fill_null(0).cast(pl.Int64).alias("output_tokens"),
+            pl.col("inp").cast(pl.Int64, strict=False).alias("prompt_tokens"),
+            pl.col("cached").fill_null(0).cast(pl.Int64, strict=False).alias("cached_tokens"),
+            pl.col("outp").fill_null(0).cast(pl.Int64, strict=False).alias("output_tokens"),
             pl.lit("unix").alias("clock"),
             pl.col("t0").alias("arrival_ts"),
             pl.coalesce(first - pl.col("prefill"), pl.col("t0") + pl.col("queue")).alias(

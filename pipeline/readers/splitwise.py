@@ -82,8 +82,8 @@ class SplitwiseReader:
                 pl.col("rid").alias("request_id"),
                 pl.col("_line").alias("source_line"),
                 "t_arrival",
-                pl.col("p").cast(pl.Int64).alias("prompt_tokens"),
-                pl.col("o").cast(pl.Int64).alias("output_tokens"),
+                pl.col("p").cast(pl.Int64, strict=False).alias("prompt_tokens"),
+                pl.col("o").cast(pl.Int64, strict=False).alias("output_tokens"),
             )
             yield ReaderOutput(
                 arrivals=c.arrivals_frame(self.name, ctx, out), quarantine=q if q.height else None

@@ -119,7 +119,7 @@ class TgiReader:
                 pl.lit("tgi").alias("engine"),
                 pl.when(pl.col("time_per_token") > 0)
                 .then(tokens)
-                .cast(pl.Int64)
+                .cast(pl.Int64, strict=False)
                 .alias("output_tokens"),
                 pl.lit("unix").alias("clock"),
                 arrival.alias("arrival_ts"),

@@ -115,7 +115,7 @@ def per_request_arrays(
             c.float_series(pad(lists["latencies"]), "lat"),
             *_error_series(errs),
         ]
-    ).with_columns(pl.int_range(1, n + 1).cast(pl.Int64).alias("_line"))
+    ).with_columns(pl.int_range(1, n + 1).cast(pl.Int64, strict=False).alias("_line"))
     is_err = pl.col("err").fill_null("").str.len_chars() > 0
     df = df.with_columns(
         pl.struct(
@@ -131,8 +131,7 @@ def per_request_arrays(
         is_err.alias("_is_err"),
     )
 
-    def whole(e: pl.Expr) -> pl.Expr:
-        return e.is_null() | ~e.is_finite() | (e < 0) | (e != e.floor())
+    whole = c.bad_count
 
     checks: list[tuple[pl.Expr, str]] = [
         (whole(pl.col("in")), "input_lens entry is missing or not a whole number >= 0"),
@@ -177,8 +176,8 @@ def per_request_arrays(
         pl.lit(run_id).alias("run_id"),
         pl.lit(model, pl.Utf8).alias("model"),
         pl.lit(engine, pl.Utf8).alias("engine"),
-        pl.col("in").cast(pl.Int64).alias("prompt_tokens"),
-        pl.col("out").cast(pl.Int64).alias("output_tokens"),
+        pl.col("in").cast(pl.Int64, strict=False).alias("prompt_tokens"),
+        pl.col("out").cast(pl.Int64, strict=False).alias("output_tokens"),
         pl.lit("relative").alias("clock"),
         pl.col("arrival_ts"),
         pl.when(ok).then(pl.col("arrival_ts") + pl.col("ttft")).alias("first_token_ts"),
@@ -187,7 +186,11 @@ def per_request_arrays(
         .alias("finish_ts"),
         pl.col("token_times"),
         pl.when(ok)
-        .then(c.ones_if_per_token(pl.col("itl").list.len() + 1, pl.col("out").cast(pl.Int64)))
+        .then(
+            c.ones_if_per_token(
+                pl.col("itl").list.len() + 1, pl.col("out").cast(pl.Int64, strict=False)
+            )
+        )
         .alias("token_counts"),
         pl.when(ok).then(pl.lit("ok")).otherwise(pl.lit("error")).alias("status"),
         pl.when(ok).then(None).otherwise(pl.col("err")).alias("error"),
