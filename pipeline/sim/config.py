@@ -1,0 +1,79 @@
+"""Scheduler configuration of one simulated server and its KV-cache capacity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.catalog import GPU, Model
+from pipeline.physics import kv_bytes_per_token, weight_bytes
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Continuous-batching scheduler of one server (one replica of ``tp`` GPUs).
+
+    chunked_prefill: prompts are split into chunks that share the per-step token budget with the
+        running decodes (vLLM v1 default, Sarathi-Serve). Each step schedules every running decode
+        first, then continues partial prefills, then admits waiting requests FCFS.
+    mixed_prefill: only without chunking. True: a step runs the running decodes *and* the whole
+        prefills of the requests it admits (vLLM v1 with chunking off). False: a step that can admit
+        requests runs only their prefills and the decodes wait (vLLM v0's prefill-first default).
+    max_prefill_chunk: per-request cap on one chunk (vLLM's long_prefill_token_threshold); None
+        means the step budget is the only cap.
+    kv_capacity_tokens: KV-cache slots across the replica, managed in paged blocks of
+        ``block_size`` tokens; when a step cannot get a block the most recently admitted request is
+        preempted and later recomputed (vLLM's preemption by recompute).
+    """
+
+    kv_capacity_tokens: int
+    max_num_seqs: int = 256
+    max_batched_tokens: int = 8192
+    chunked_prefill: bool = True
+    mixed_prefill: bool = True
+    max_prefill_chunk: int | None = None
+    block_size: int = 16
+
+    def __post_init__(self) -> None:
+        if min(self.max_num_seqs, self.max_batched_tokens, self.block_size) < 1:
+            raise ValueError("max_num_seqs, max_batched_tokens and block_size must be >= 1")
+        if self.kv_capacity_tokens < self.block_size:
+            raise ValueError(f"KV capacity {self.kv_capacity_tokens} tokens holds no block")
+        if self.chunked_prefill and self.max_batched_tokens < self.max_num_seqs:
+            # Otherwise running decodes alone could exceed the budget and be skipped.
+            raise ValueError("with chunked prefill max_batched_tokens must be >= max_num_seqs")
+        if self.max_prefill_chunk is not None and self.max_prefill_chunk < 1:
+            raise ValueError("max_prefill_chunk must be >= 1")
+
+    @property
+    def total_blocks(self) -> int:
+        return self.kv_capacity_tokens // self.block_size
+
+    @property
+    def chunk_cap(self) -> int:
+        return self.max_prefill_chunk or self.max_batched_tokens
+
+
+def kv_capacity_tokens(
+    model: Model,
+    gpu: GPU,
+    *,
+    tp: int = 1,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    gpu_memory_utilization: float = 0.9,
+    activation_reserve_bytes: float = 2 * 2**30,
+) -> int:
+    """KV tokens that fit: (HBM * utilisation - weights - activation reserve) / KV per token.
+
+    Mirrors vLLM's sizing (gpu_memory_utilization 0.9 by default; the reserve stands in for the
+    profiled activation peak, per GPU). Raises when the weights alone do not fit.
+    """
+    usable = gpu.memory_bytes * gpu_memory_utilization * tp
+    free = usable - weight_bytes(model, weight_dtype) - activation_reserve_bytes * tp
+    if free <= 0:
+        need = weight_bytes(model, weight_dtype) / (gpu.memory_bytes * gpu_memory_utilization)
+        raise ValueError(
+            f"{model.name} ({weight_dtype}) does not fit on {tp} x {gpu.name}: the weights alone "
+            f"need about {need:.1f} GPUs; raise the GPU count (tensor parallelism)."
+        )
+    return int(free // kv_bytes_per_token(model, kv_dtype))
