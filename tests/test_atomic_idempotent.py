@@ -87,8 +87,9 @@ def test_sigkill_at_random_times_then_rerun(tmp_path):
         write_jsonl(d / f"p{f}.jsonl", [record(f * 5000 + i) for i in range(5000)])
     wh = tmp_path / "wh"
     for delay in (0.3, 0.8, 1.5, 2.5):
-        proc = subprocess.Popen(_ingest_cmd(d, wh), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            _ingest_cmd(d, wh), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -99,7 +100,9 @@ def test_sigkill_at_random_times_then_rerun(tmp_path):
     assert done.returncode == 0
     con = connect(Layout(wh))
     assert con.execute("SELECT count(*), count(DISTINCT request_id) FROM requests").fetchone() == (
-        20000, 20000)
+        20000,
+        20000,
+    )
 
 
 def test_manifest_records_counts(tmp_path):

@@ -112,7 +112,10 @@ def test_duplicates_skipped_within_and_across_files(tmp_path):
     b = write_jsonl(tmp_path / "in" / "b.jsonl", [record(1), record(2)])
     t, con = _ingest(tmp_path, a, b)
     assert (t["read"], t["ingested"], t["duplicates"]) == (5, 3, 2)
-    assert con.execute("SELECT count(DISTINCT request_id), count(*) FROM requests").fetchone() == (3, 3)
+    assert con.execute("SELECT count(DISTINCT request_id), count(*) FROM requests").fetchone() == (
+        3,
+        3,
+    )
 
 
 @pytest.mark.parametrize("suffix", [".jsonl.gz", ".jsonl.zst"])
@@ -134,7 +137,7 @@ def test_truncated_gzip_keeps_what_precedes_and_quarantines_the_tail(tmp_path):
     assert t["quarantined"] == 1
     assert t["read"] == t["ingested"] + t["quarantined"]
     assert 0 < t["ingested"] < 2000
-    (line, reason), = con.execute("SELECT line, reason FROM quarantine").fetchall()
+    ((line, reason),) = con.execute("SELECT line, reason FROM quarantine").fetchall()
     assert "truncated" in reason or "ends early" in reason
     assert line == t["ingested"] + 1
 
@@ -192,8 +195,18 @@ def test_run_manifest_beside_the_log(tmp_path):
 
 
 def test_relative_clock_has_no_absolute_arrival(tmp_path):
-    r = record(0, clock="relative", arrival_ts=10.0, scheduled_ts=10.5, first_token_ts=11.0,
-               finish_ts=11.3, token_times=[1.0, 1.1, 1.2, 1.3])
+    r = record(
+        0,
+        clock="relative",
+        arrival_ts=10.0,
+        scheduled_ts=10.5,
+        first_token_ts=11.0,
+        finish_ts=11.3,
+        token_times=[1.0, 1.1, 1.2, 1.3],
+    )
     _, con = _ingest(tmp_path, write_jsonl(tmp_path / "r.jsonl", [r]))
     assert con.execute("SELECT arrival_at, day, ttft_s FROM requests").fetchone() == (
-        None, "unknown", 1.0)
+        None,
+        "unknown",
+        1.0,
+    )

@@ -39,12 +39,15 @@ class OverlongLine:
 def _index(data: bytes, first_line: int) -> LineChunk:
     arr = np.frombuffer(data, dtype=np.uint8)
     nl = np.flatnonzero(arr == 0x0A)
-    ends = nl if (len(data) and data[-1:] == b"\n") else np.append(nl, len(data))
+    ends = nl if data.endswith(b"\n") else np.append(nl, len(data))
     starts = np.concatenate(([0], nl + 1))[: len(ends)]
-    # A line is blank when it holds whitespace only: count non-whitespace bytes per line.
-    nonws = np.concatenate(([0], np.cumsum(~_WS[arr], dtype=np.int64)))
-    keep = (nonws[ends] - nonws[starts]) > 0
     numbers = np.arange(first_line, first_line + len(ends), dtype=np.int64)
+    # Blank (whitespace-only) lines are skipped by the JSON parser, so drop them here too to keep
+    # row i <-> line i. Only lines that are empty or start with whitespace need a closer look.
+    first = arr[np.minimum(starts, max(len(arr) - 1, 0))] if len(arr) else starts
+    keep = (ends > starts) & ~_WS[first]
+    for i in np.flatnonzero((ends > starts) & _WS[first]):
+        keep[i] = bool(data[starts[i] : ends[i]].strip())
     return LineChunk(data, starts[keep], ends[keep], numbers[keep])
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import gzip
-import zlib
 import hashlib
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -90,9 +90,16 @@ def read_head(path: Path, n: int = HEAD_BYTES) -> bytes:
     return bytes(buf)
 
 
+_CONTROL = bytes(b for b in range(32) if b not in b"\t\n\r\f\b\x1b")
+
+
 def is_binary(head: bytes) -> bool:
-    """Text logs never contain NUL bytes; most binary files do within their first 64 KiB."""
-    return b"\x00" in head
+    """A text log has (almost) no control bytes; a binary file is full of them. A stray NUL in
+    one corrupt line must not condemn the whole file: that line is quarantined on its own."""
+    if not head:
+        return False
+    control = len(head) - len(head.translate(None, _CONTROL))
+    return control / len(head) > 0.05
 
 
 def sha256_file(path: Path) -> str:

@@ -29,7 +29,7 @@ from pipeline.readers.base import (
 from pipeline.schema.record import RequestRecord
 
 PRIORITY = 100
-CHUNK_BYTES = 16 * 1024 * 1024
+CHUNK_BYTES = 32 * 1024 * 1024
 _SMALL = 32  # below this many lines, validate one by one instead of bisecting further
 RAW_LIMIT = 64 * 1024
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
 import shutil
 import signal
+import threading
 
 import polars as pl
 import pyarrow as pa
@@ -24,17 +27,22 @@ COMPRESSION_LEVEL = 1  # zstd-1 writes about as fast as snappy and packs timings
 class StagedWrite:
     """One ParquetWriter per (table, day) under _staging/<sha16>; row groups per batch.
 
-    Memory is bounded by one batch: nothing is accumulated across batches.
+    Parquet encoding runs on a background thread (pyarrow releases the GIL) so it overlaps with
+    parsing the next batch. At most QUEUE batches wait, so memory stays bounded.
     """
+
+    QUEUE = 2
 
     def __init__(self, layout: Layout, sha: str):
         self.layout = layout
         self.sha = sha
         self.dir = layout.staging_dir / sha[:16]
+        self._thread: threading.Thread | None = None
         self.reset()
 
     def reset(self) -> None:
         """Drop everything staged so far and start again empty."""
+        self._stop_thread(raise_error=False)
         for writer, _ in getattr(self, "_writers", {}).values():
             writer.close()
         if self.dir.exists():
@@ -42,12 +50,41 @@ class StagedWrite:
         self.dir.mkdir(parents=True)
         self._writers: dict[tuple[str, str | None], tuple[pq.ParquetWriter, str]] = {}
         self.rows: dict[str, int] = {}
+        self._queue: queue.Queue = queue.Queue(maxsize=self.QUEUE)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, name="parquet-writer", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._add_now(*item)
+                except BaseException as exc:  # surfaced on the caller's thread
+                    self._error = exc
+
+    def _stop_thread(self, raise_error: bool = True) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+        if raise_error and self._error is not None:
+            raise self._error
 
     def add(self, table: str, df: pl.DataFrame | None) -> None:
         if df is None or df.height == 0:
             return
+        if self._error is not None:
+            raise self._error
         self.rows[table] = self.rows.get(table, 0) + df.height
+        self._queue.put((table, df))
+
+    def _add_now(self, table: str, df: pl.DataFrame) -> None:
         if table in PARTITIONED:
+            days = df["day"].unique()
+            if len(days) == 1:  # the common case; partition_by would copy every column
+                self._write(table, str(days[0]), df)
+                return
             for (day,), part in df.partition_by("day", as_dict=True, maintain_order=True).items():
                 self._write(table, str(day), part)
         else:
@@ -59,18 +96,14 @@ class StagedWrite:
             rel = f"{self.layout.relative_dir(table, day)}/{self.layout.part_name(self.sha, 0)}"
             path = self.dir / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            writer = pq.ParquetWriter(
-                path,
-                arrow_schema(table),
-                compression=COMPRESSION,
-                compression_level=COMPRESSION_LEVEL,
-            )
+            writer = pq.ParquetWriter(path, arrow_schema(table), **_encoding(table))
             self._writers[key] = (writer, rel)
         writer, _ = self._writers[key]
         writer.write_table(to_arrow(df, table), row_group_size=1 << 20)
 
     def commit(self, manifest_entry: dict) -> list[str]:
         """Move staged files into place, then write the manifest entry (the commit point)."""
+        self._stop_thread()
         rels = []
         for writer, rel in self._writers.values():
             writer.close()
@@ -92,12 +125,25 @@ class StagedWrite:
         return rels
 
     def abort(self) -> None:
+        self._stop_thread(raise_error=False)
         for writer, _ in self._writers.values():
-            try:
+            with contextlib.suppress(Exception):
                 writer.close()
-            except Exception:
-                pass
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _encoding(table: str) -> dict:
+    """Dictionary-encode strings (ids repeat per token); byte-stream-split floats (timings
+    compress ~3x better and write faster than dictionary pages)."""
+    schema = arrow_schema(table)
+    strings = [f.name for f in schema if pa.types.is_string(f.type)]
+    floats = [f.name for f in schema if pa.types.is_floating(f.type)]
+    return {
+        "compression": COMPRESSION,
+        "compression_level": COMPRESSION_LEVEL,
+        "use_dictionary": strings,
+        "column_encoding": dict.fromkeys(floats, "BYTE_STREAM_SPLIT"),
+    }
 
 
 def _crash_point(name: str) -> None:
