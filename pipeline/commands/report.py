@@ -1,0 +1,106 @@
+"""``pipeline report``: one self-contained, dated HTML report of a period."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+import duckdb
+
+from pipeline.commands._common import console, layout_for, warehouse_option
+from pipeline.errors import DataError, UserError
+from pipeline.report import NothingToReport, Options, PeriodError, build_report
+
+
+def parse_seconds(text: str, what: str) -> float:
+    """'2', '2s', '2.5 s' or '500ms' -> seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s)?\s*", str(text))
+    if not m or float(m.group(1)) <= 0:
+        raise UserError(f"{what} {text!r}: give a time such as 2s, 0.5 or 500ms")
+    return float(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0)
+
+
+def period_options(f):
+    for opt in reversed(
+        [
+            click.option("--since", default=None, metavar="TIME",
+                         help="Start: ISO date/time (UTC unless it has an offset), 'now', or a "
+                              "duration back from --until such as 24h or 7d."),
+            click.option("--until", default=None, metavar="TIME",
+                         help="End (exclusive) [default: the latest arrival in the warehouse]."),
+            click.option("--compare-with", default=None, metavar="PERIOD",
+                         help="'previous' (the period of the same length before; default), a "
+                              "shift such as 7d, a range START..END, or 'none'."),
+            click.option("--slo-ttft", default="2s", show_default=True,
+                         help="TTFT objective for goodput (2s, 500ms)."),
+            click.option("--slo-tpot", default="100ms", show_default=True,
+                         help="TPOT objective for goodput."),
+            click.option("--regression", default=10.0, show_default=True, metavar="PCT",
+                         help="Flag a latency that rose (or a throughput that fell) by more "
+                              "than PCT percent."),
+        ]
+    ):  # fmt: skip
+        f = opt(f)
+    return f
+
+
+def options_from(slo_ttft: str, slo_tpot: str, regression: float) -> Options:
+    if regression < 0:
+        raise UserError("--regression must be zero or more (percent)")
+    return Options(
+        slo_ttft=parse_seconds(slo_ttft, "--slo-ttft"),
+        slo_tpot=parse_seconds(slo_tpot, "--slo-tpot"),
+        regression=regression / 100.0,
+    )
+
+
+@click.command("report")
+@warehouse_option
+@click.option(
+    "--out",
+    "-o",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("reports"),
+    show_default=True,
+    help="Folder for the reports.",
+)
+@period_options
+@click.option("--quiet", "-q", is_flag=True, help="Print only the report's path.")
+def command(warehouse, out, since, until, compare_with, slo_ttft, slo_tpot, regression, quiet):
+    """Write a self-contained HTML report (charts inlined, no network) and print its path.
+
+    The file is named after its period (reports/report-<start>-<end>.html); re-running for the
+    same period replaces it. reports/index.html lists every report, flagging regressions
+    against the previous period. Sections whose data is absent (no cost models yet, no
+    scheduled timestamps, ...) say so in one line.
+
+    \b
+    Examples:
+      pipeline report --out reports/
+      pipeline report --since 2026-11-01 --until 2026-11-02 --slo-ttft 500ms
+      pipeline report --since 24h --compare-with 7d
+    """
+    options = options_from(slo_ttft, slo_tpot, regression)
+    layout = layout_for(warehouse)
+    if not layout.root.is_dir():
+        raise UserError(
+            f"no warehouse at {layout.root}; run `pipeline ingest LOGS --warehouse ...`"
+        )
+    try:
+        result = build_report(layout, out, since, until, compare_with, options)
+    except PeriodError as exc:
+        raise UserError(str(exc)) from None
+    except NothingToReport as exc:
+        raise DataError(str(exc)) from None
+    except duckdb.Error as exc:
+        raise DataError(f"report query failed: {exc}") from None
+    if not quiet:
+        s = result.summary
+        reg = s["sections"].get("changes", {}).get("regressions")
+        console().print(
+            f"report: {s['sections'].get('headline', {}).get('requests', 0):,} requests · "
+            f"{s['charts']} charts · {s['bytes'] / 1e6:.2f} MB"
+            + ("" if reg is None else f" · {reg} regression(s) vs previous period")
+        )
+    click.echo(str(result.path))

@@ -1,0 +1,144 @@
+"""Build one dated report page (and its JSON summary) and refresh the reports index."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pipeline.report import index, page
+from pipeline.report.context import Context, Options, open_period, plain
+from pipeline.report.html import Section
+from pipeline.report.period import Period, previous, resolve
+from pipeline.report.sections import ORDER
+from pipeline.warehouse.layout import Layout
+from pipeline.warehouse.views import connect
+
+UTC = dt.UTC
+
+
+class NothingToReport(ValueError):
+    """The warehouse holds no requests and no quarantined records."""
+
+
+@dataclass
+class Bounds:
+    first: dt.datetime | None
+    last: dt.datetime | None
+    requests: int
+    with_wall_clock: int
+
+
+@dataclass
+class ReportResult:
+    path: Path
+    summary: dict[str, Any]
+
+
+def bounds(layout: Layout) -> Bounds:
+    from pipeline.query.named import load, run_named
+
+    row = plain(pl.from_arrow(run_named(connect(layout), load("report_bounds"))))  # type: ignore[arg-type]
+    r = row.row(0, named=True)
+    return Bounds(
+        r["first_arrival"], r["last_arrival"], r["requests"] or 0, r["with_wall_clock"] or 0
+    )
+
+
+def _floor_minute(t: dt.datetime) -> dt.datetime:
+    return t.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+def _ceil_minute(t: dt.datetime) -> dt.datetime:
+    f = _floor_minute(t)
+    return f if f == t else f + dt.timedelta(minutes=1)
+
+
+def effective(period: Period, b: Bounds) -> Period | None:
+    """The period with open ends closed by the data (for titles and file names); None if undated."""
+    start = period.start or (_floor_minute(b.first) if b.first else None)
+    end = period.end or (_ceil_minute(b.last + dt.timedelta(microseconds=1)) if b.last else None)
+    if start is None or end is None:
+        return None
+    return Period(start, end)
+
+
+def file_stem(period: Period | None) -> str:
+    return f"report-{period.slug()}" if period else "report-all"
+
+
+def _build_section(name: str, ctx: Context) -> Section:
+    module = importlib.import_module(f"pipeline.report.sections.{name}")
+    return module.build(ctx)
+
+
+def build_report(
+    layout: Layout,
+    out_dir: Path,
+    since: str | None = None,
+    until: str | None = None,
+    compare_with: str | None = None,
+    options: Options | None = None,
+    period: Period | None = None,
+    now: dt.datetime | None = None,
+) -> ReportResult:
+    """Write ``<out_dir>/report-<period>.html`` (+ ``.json``), refresh ``index.html``."""
+    options = options or Options()
+    now = now or dt.datetime.now(UTC)
+    b = bounds(layout)
+    quarantined = connect(layout).table("quarantine").count("*").fetchall()[0][0]
+    if b.requests == 0 and not quarantined:
+        raise NothingToReport(f"the warehouse {layout.root} holds no requests; ingest logs first")
+    if period is None:
+        period = resolve(since, until, b.last, now)
+    prev = previous(period, compare_with)
+    ctx = Context(
+        layout=layout,
+        con=open_period(layout, period),
+        period=period,
+        options=options,
+        prev_con=open_period(layout, prev) if prev else None,
+        prev_period=prev,
+    )
+    sections = [_build_section(name, ctx) for name in ORDER]
+    shown = effective(period, b)
+    title = f"LLM serving report · {shown.label() if shown else 'all data (no wall clock)'}"
+    sub = [
+        f"Warehouse {layout.root} · generated {now:%Y-%m-%d %H:%M} UTC",
+        f"Compared with {prev.label()}" if prev else "No comparison period",
+        f"SLO: TTFT ≤ {options.slo_ttft * 1000:g} ms, TPOT ≤ {options.slo_tpot * 1000:g} ms · "
+        f"regression threshold {options.regression * 100:g} %",
+    ]
+    html = page.render(title, sub, sections, ctx.charts)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = file_stem(shown)
+    path = out_dir / f"{stem}.html"
+    summary = {
+        "file": path.name,
+        "title": title,
+        "period": shown.to_json() if shown else None,
+        "requested": period.to_json(),
+        "compare_with": prev.to_json() if prev else None,
+        "generated": now.isoformat(),
+        "warehouse": str(layout.root),
+        "bytes": len(html.encode()),
+        "charts": len(ctx.charts),
+        "sections": {s.id: (s.summary or {}) | ({"absent": s.absent} if s.absent else {})
+                     for s in sections},
+    }  # fmt: skip
+    _atomic_write(path, html)
+    _atomic_write(out_dir / f"{stem}.json", json.dumps(summary, indent=1, default=str) + "\n")
+    index.write(out_dir)
+    return ReportResult(path, summary)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, "utf-8")
+    os.replace(tmp, path)

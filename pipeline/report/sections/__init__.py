@@ -1,0 +1,18 @@
+"""One module per report section, each with ``build(ctx) -> Section``; ORDER is the page order."""
+
+from __future__ import annotations
+
+ORDER = (
+    "headline",
+    "changes",
+    "ttft_prompt",
+    "ttft_breakdown",
+    "decode_batch",
+    "roofline",
+    "efficiency",
+    "attribution",
+    "replay",
+    "claims",
+    "quality",
+    "definitions",
+)

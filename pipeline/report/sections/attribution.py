@@ -1,0 +1,114 @@
+"""Attribution waterfall: how much of a metric's change since the previous period each factor
+explains (workload mix, prompt length, batching, attention, ...).
+
+Input (``pipeline attribute`` writes it as the ``attribution`` table; tests build it by hand): a
+small frame with a ``factor`` column and either ``contribution`` (in the metric's unit, seconds
+for latencies) or ``share`` (fraction of the change); optional ``metric``, ``before``, ``after``.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import polars as pl
+
+from pipeline.report.context import Context
+from pipeline.report.html import Col, Section, esc, pct, sci, table
+
+MAX_METRICS = 4
+
+
+def waterfall_frame(
+    frame: pl.DataFrame, before: float | None = None, after: float | None = None
+) -> pl.DataFrame:
+    """Bars of a waterfall: previous value, one step per factor, this period's value."""
+    if "contribution" in frame.columns:
+        contrib = frame["contribution"].cast(pl.Float64)
+    elif "share" in frame.columns and before is not None and after is not None:
+        contrib = frame["share"].cast(pl.Float64) * (after - before)
+    elif "share" in frame.columns:
+        contrib = frame["share"].cast(pl.Float64)  # in units of the total change
+    else:
+        raise ValueError("an attribution frame needs a 'contribution' or a 'share' column")
+    steps, level = [], before or 0.0
+    if before is not None:
+        steps.append({"step": "previous period", "start": 0.0, "end": before, "kind": "level"})
+    for factor, c in zip(frame["factor"].cast(pl.Utf8), contrib, strict=True):
+        c = float(c or 0.0)
+        steps.append(
+            {"step": str(factor), "start": level, "end": level + c,
+             "kind": "increase" if c > 0 else "decrease"}
+        )  # fmt: skip
+        level += c
+    if after is not None:
+        steps.append({"step": "this period", "start": 0.0, "end": after, "kind": "level"})
+    else:
+        steps.append({"step": "total change", "start": 0.0, "end": level, "kind": "level"})
+    out = pl.DataFrame(steps).with_row_index("order")
+    return out.with_columns((pl.col("end") - pl.col("start")).alias("delta"))
+
+
+def render(ctx: Context, frame: pl.DataFrame, metric: str = "metric") -> str:
+    """The waterfall chart and table for one metric's attribution frame."""
+    before = _scalar(frame, "before")
+    after = _scalar(frame, "after")
+    wf = waterfall_frame(frame, before, after)
+    order = wf["step"].to_list()
+    chart = (
+        alt.Chart(wf)
+        .mark_bar()
+        .encode(
+            x=alt.X("step:N", sort=order, title=None, axis=alt.Axis(labelAngle=-30)),
+            y=alt.Y("start:Q", title=metric),
+            y2="end:Q",
+            color=alt.Color(
+                "kind:N",
+                scale=alt.Scale(
+                    domain=["level", "increase", "decrease"],
+                    range=["#8c8c8c", "#d62728", "#2ca02c"],
+                ),
+                legend=None,
+            ),
+            tooltip=["step:N", "start:Q", "end:Q", "delta:Q"],
+        )
+        .properties(width=560, height=260)
+    )
+    cols = [Col("factor", "factor")]
+    if "contribution" in frame.columns:
+        cols.append(Col("contribution", "contribution", sci, True))
+    if "share" in frame.columns:
+        cols.append(Col("share", "share of change", pct, True))
+    return ctx.chart(chart, f"attribution of {metric}") + table(frame, cols)
+
+
+def _scalar(frame: pl.DataFrame, col: str) -> float | None:
+    if col not in frame.columns:
+        return None
+    vals = frame[col].drop_nulls()
+    return float(vals[0]) if len(vals) else None
+
+
+def section_from_frame(ctx: Context, frame: pl.DataFrame | None) -> Section:
+    s = Section("attribution", "Attribution of the change since the previous period")
+    if frame is None or frame.is_empty():
+        s.absent = "No attribution yet: `pipeline attribute` writes the attribution table."
+        return s
+    if "factor" not in frame.columns:
+        s.absent = "The attribution table has no 'factor' column; nothing to draw."
+        return s
+    parts = []
+    groups = (
+        frame.partition_by("metric", maintain_order=True) if "metric" in frame.columns else [frame]
+    )
+    for g in groups[:MAX_METRICS]:
+        metric = str(g["metric"][0]) if "metric" in g.columns else "change"
+        parts.append(f"<h3>{esc(metric)}</h3>" + render(ctx, g, metric))
+    s.body = "".join(parts)
+    s.summary = {"metrics": len(groups), "factors": frame.height}
+    return s
+
+
+def build(ctx: Context) -> Section:
+    frame = None
+    if ctx.has("attribution"):
+        frame = ctx.table("attribution")
+    return section_from_frame(ctx, frame)  # type: ignore[arg-type]

@@ -1,0 +1,83 @@
+"""Headline figures by model x GPU: volume, failures, latency percentiles, throughput, goodput."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from pipeline.report.context import Context
+from pipeline.report.html import Col, Section, esc, ms, num, pct, table
+
+LATENCY = ("ttft", "tpot", "itl", "e2e")
+
+
+def headline_frame(ctx: Context, prev: bool = False) -> pl.DataFrame | None:
+    """report_headline joined with latency_percentiles, one row per model x GPU."""
+    head = ctx.query("report_headline", ctx.slo_params(), prev=prev)
+    if head is None:
+        return None
+    lat = ctx.query("latency_percentiles", prev=prev)
+    lat = lat.drop([c for c in ("requests", "output_tokens") if c in lat.columns])
+    return head.join(lat, on=["model", "gpu"], how="left")
+
+
+def _cards(df: pl.DataFrame) -> str:
+    req = int(df["requests"].sum())
+    failed = int(df["errors"].sum() + df["cancelled"].sum())
+    dur = float(df["duration_s"].sum() or 0)
+    out_tok = int(df["output_tokens"].sum())
+    good = int(df["good"].sum())
+    items = [
+        ("requests", num(req)),
+        ("failed", f"{num(failed)} ({pct(failed / req if req else None)})"),
+        ("prompt tokens", num(df["prompt_tokens"].sum())),
+        ("output tokens", num(out_tok)),
+        ("output tok/s", num(out_tok / dur if dur else None, 1)),
+        ("SLO attainment", pct(good / req if req else None)),
+    ]
+    cells = "".join(
+        f'<div class="card"><div class="v" data-figure="{esc(k)}">{esc(v)}</div>'
+        f'<div class="k">{esc(k)}</div></div>'
+        for k, v in items
+    )
+    return f'<div class="cards">{cells}</div>'
+
+
+def build(ctx: Context) -> Section:
+    s = Section("headline", "Headline figures")
+    df = headline_frame(ctx)
+    if df is None or df.is_empty():
+        s.absent = "No requests in this period."
+        return s
+    o = ctx.options
+    volume = [
+        Col("model", "model"),
+        Col("gpu", "GPU"),
+        Col("requests", "requests", num, True),
+        Col("errors", "errors", num, True),
+        Col("cancelled", "cancelled", num, True),
+        Col("failure_rate", "failed", pct, True),
+        Col("prompt_tokens", "prompt tok", num, True),
+        Col("output_tokens", "output tok", num, True),
+        Col("requests_per_s", "req/s", lambda v: num(v, 2), True),
+        Col("output_tokens_per_s", "output tok/s", lambda v: num(v, 1), True),
+        Col("goodput_per_s", "goodput req/s", lambda v: num(v, 2), True),
+        Col("slo_attainment", "SLO met", pct, True),
+    ]
+    latency = [Col("model", "model"), Col("gpu", "GPU")] + [
+        Col(f"{m}_p{p}", f"{m.upper()} p{p}", ms, True) for m in LATENCY for p in (50, 90, 99)
+    ]
+    s.body = (
+        _cards(df)
+        + table(df, volume, "Volume, throughput and goodput")
+        + f'<p class="note">Goodput counts requests that finished with TTFT ≤ '
+        f"{esc(ms(o.slo_ttft))} ms and TPOT ≤ {esc(ms(o.slo_tpot))} ms "
+        "(--slo-ttft / --slo-tpot); throughput is per second of run time.</p>"
+        + table(df, latency, "Latency percentiles (ms) of successful requests")
+    )
+    s.summary = {
+        "requests": int(df["requests"].sum()),
+        "failed": int(df["errors"].sum() + df["cancelled"].sum()),
+        "output_tokens": int(df["output_tokens"].sum()),
+        "series": df.height,
+    }
+    return s
