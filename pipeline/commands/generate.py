@@ -1,0 +1,168 @@
+"""``pipeline generate``: a synthetic trace in our JSONL format, with its ground truth beside it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from pipeline.catalog import UnknownName
+from pipeline.errors import UserError
+from pipeline.sim.generator import ATTENTION, DEFAULT_START, GenerateSpec, generate
+from pipeline.sim.workload import ARRIVALS
+
+DTYPES = ("bf16", "fp16", "fp8", "int8", "int4")
+
+
+def _start(value: str | None) -> datetime:
+    if value is None:
+        return DEFAULT_START
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        msg = f"{value!r} is not an ISO date-time (2026-01-01T09:00:00Z)"
+        raise click.BadParameter(msg) from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+@click.command("generate")
+@click.option(
+    "--out",
+    "-o",
+    "out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Trace file to write (.jsonl, .jsonl.gz or .jsonl.zst).",
+)
+@click.option("--requests", "-n", default=1000, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Mean requests/s [default: 60% of the estimated capacity].",
+)
+@click.option("--gpu", default="H100-SXM", show_default=True, help="Accelerator (catalog name).")
+@click.option("--model", default="llama-3.1-8b", show_default=True, help="Model (catalog name).")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option(
+    "--arrivals",
+    type=click.Choice(ARRIVALS),
+    default="poisson",
+    show_default=True,
+    help="poisson, or bursty (gamma inter-arrivals, CV 3).",
+)
+@click.option(
+    "--attention",
+    type=click.Choice(ATTENTION),
+    default="flash",
+    show_default=True,
+    help="eager materialises the prefill score matrix in HBM; the others fuse it.",
+)
+@click.option(
+    "--gpu-count",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="GPUs per replica (tensor parallelism).",
+)
+@click.option("--max-num-seqs", default=256, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--max-batched-tokens",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Token budget per step [default: 8192; without chunking max(8192, context)].",
+)
+@click.option("--chunked-prefill/--no-chunked-prefill", default=True, show_default=True)
+@click.option("--weight-dtype", type=click.Choice(DTYPES), default="bf16", show_default=True)
+@click.option("--kv-dtype", type=click.Choice(DTYPES[:4]), default="bf16", show_default=True)
+@click.option("--no-token-times", is_flag=True, help="Leave out per-token emission times.")
+@click.option(
+    "--start", default=None, help="Wall-clock time of t = 0 [default: 2026-01-01T00:00:00Z]."
+)
+@click.option(
+    "--mfu",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=None,
+    help="Pin the true MFU [default: drawn from the seed in 0.40-0.60].",
+)
+@click.option(
+    "--mbu",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=None,
+    help="Pin the true MBU [default: drawn from the seed in 0.60-0.80].",
+)
+@click.option(
+    "--step-overhead",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Pin the fixed seconds per step [default: drawn in 1.5-4 ms].",
+)
+def command(
+    out: Path,
+    requests: int,
+    rate: float | None,
+    gpu: str,
+    model: str,
+    seed: int,
+    arrivals: str,
+    attention: str,
+    gpu_count: int,
+    max_num_seqs: int,
+    max_batched_tokens: int | None,
+    chunked_prefill: bool,
+    weight_dtype: str,
+    kv_dtype: str,
+    no_token_times: bool,
+    start: str | None,
+    mfu: float | None,
+    mbu: float | None,
+    step_overhead: float | None,
+) -> None:
+    """Simulate a serving run and write it as a trace, with its ground truth in FILE.truth.json.
+
+    Requests arrive (Poisson or bursty), get lognormal prompt and output lengths, and are served
+    by the continuous-batching simulator with roofline step times. The true efficiencies (MFU,
+    MBU, overheads) are drawn from the seed unless pinned, so `pipeline fit` can be checked.
+
+    \b
+    Example:
+      pipeline generate --out traces/h100.jsonl.gz --requests 5000 --gpu H100-SXM \\
+          --model meta-llama/Llama-3.1-8B-Instruct --arrivals bursty --seed 7
+      pipeline ingest traces/h100.jsonl.gz
+    """
+    pinned = {
+        k: v
+        for k, v in (("mfu", mfu), ("mbu", mbu), ("step_overhead", step_overhead))
+        if v is not None
+    }
+    spec = GenerateSpec(
+        gpu=gpu,
+        model=model,
+        gpu_count=gpu_count,
+        requests=requests,
+        rate=rate,
+        arrivals=arrivals,
+        seed=seed,
+        attention=attention,
+        max_num_seqs=max_num_seqs,
+        max_batched_tokens=max_batched_tokens,
+        chunked_prefill=chunked_prefill,
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
+        start=_start(start),
+        token_times=not no_token_times,
+        efficiencies=pinned,
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        truth = generate(spec, out)
+    except (UnknownName, ValueError) as exc:
+        raise UserError(str(exc)) from exc
+    s = truth["summary"]
+    click.echo(
+        f"wrote {s['requests']} requests to {out} ({truth['timing_s']['bytes'] / 1e6:.1f} MB, "
+        f"rate {truth['arrival_process']['rate']}/s, TTFT p50 {s['ttft_p50_s'] * 1e3:.0f} ms) "
+        f"and {out}.truth.json",
+        err=True,
+    )

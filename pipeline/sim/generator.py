@@ -1,0 +1,200 @@
+"""Synthetic traces with known ground truth: sample a workload, simulate it, write JSONL + truth.
+
+The efficiencies (mfu, mbu, overheads) are drawn per seed from the ranges measured in
+cost-models-and-hardware.md §6 unless pinned, and written beside the trace in ``FILE.truth.json``
+so that ``pipeline fit`` can be checked against the values that produced the data.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline import __version__, catalog
+from pipeline.physics import StepCost, StepWork, critical_batch
+from pipeline.sim.config import EngineConfig, kv_capacity_tokens
+from pipeline.sim.engine import simulate
+from pipeline.sim.result import SimResult
+from pipeline.sim.workload import Workload, inter_arrivals, lengths
+from pipeline.sim.writer import write_jsonl
+
+ATTENTION = ("flash", "flashinfer", "sdpa", "eager")  # only eager materialises the score matrix
+DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
+# Realistic ranges (cmh §6: prefill MFU 0.45-0.7, batch-1 decode MBU 0.55-0.76, step overheads of
+# a few ms; BLIS fits 4.4 us per request per step).
+TRUTH_RANGES = {
+    "mfu": (0.40, 0.60),
+    "mbu": (0.60, 0.80),
+    "step_overhead": (1.5e-3, 4.0e-3),
+    "seq_overhead": (5e-6, 30e-6),
+}
+
+
+@dataclass(frozen=True)
+class GenerateSpec:
+    """Everything ``pipeline generate`` takes; unset efficiencies are drawn from the seed."""
+
+    gpu: str = "H100-SXM"
+    model: str = "llama-3.1-8b"
+    gpu_count: int = 1
+    requests: int = 1000
+    rate: float | None = None  # None: 60 % of the estimated capacity
+    arrivals: str = "poisson"
+    seed: int = 0
+    attention: str = "flash"
+    max_num_seqs: int = 256
+    max_batched_tokens: int | None = None
+    chunked_prefill: bool = True
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    start: datetime = DEFAULT_START
+    token_times: bool = True
+    efficiencies: dict[str, float] = field(default_factory=dict)  # pin mfu, mbu, ... by name
+    workload: dict[str, Any] = field(default_factory=dict)  # extra Workload fields
+
+    def __post_init__(self) -> None:
+        if self.attention not in ATTENTION:
+            raise ValueError(f"attention must be one of {ATTENTION}, got {self.attention!r}")
+        unknown = set(self.efficiencies) - set(TRUTH_RANGES)
+        if unknown:
+            raise ValueError(f"unknown efficiency parameter(s): {', '.join(sorted(unknown))}")
+
+
+def draw_efficiencies(rng: np.random.Generator, pinned: dict[str, float]) -> dict[str, float]:
+    drawn = {k: float(rng.uniform(lo, hi)) for k, (lo, hi) in TRUTH_RANGES.items()}
+    return drawn | pinned
+
+
+def estimate_capacity(
+    cost: StepCost, config: EngineConfig, mean_prompt: float, mean_output: float
+) -> float:
+    """Requests/s one server sustains: marginal prefill compute + its share of full decode steps."""
+    mean_ctx = mean_prompt + mean_output / 2.0
+    batch = max(1.0, min(config.max_num_seqs, config.kv_capacity_tokens / mean_ctx))
+    step = float(cost.decode_step_time(batch, batch * mean_ctx))
+    prefill = float(cost.compute_seconds(StepWork.prefill(mean_prompt)))
+    return 1.0 / (prefill + mean_output * step / batch)
+
+
+def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
+    """Write the trace to ``out`` and its ground truth to ``out`` + '.truth.json'; returns truth."""
+    began = time.perf_counter()
+    gpu, model = catalog.gpu(spec.gpu), catalog.model(spec.model)
+    # Independent streams: pinning an efficiency must not change the sampled workload.
+    truth_rng, length_rng, arrival_rng = (
+        np.random.default_rng(s) for s in np.random.SeedSequence(spec.seed).spawn(3)
+    )
+    eff = draw_efficiencies(truth_rng, spec.efficiencies)
+    cost = StepCost(
+        model,
+        gpu,
+        tp=spec.gpu_count,
+        weight_dtype=spec.weight_dtype,
+        kv_dtype=spec.kv_dtype,
+        flash_attention=spec.attention != "eager",
+        **eff,
+    )
+    kv_tokens = kv_capacity_tokens(
+        model, gpu, tp=spec.gpu_count, weight_dtype=spec.weight_dtype, kv_dtype=spec.kv_dtype
+    )
+    if spec.max_batched_tokens is not None:
+        mbt = spec.max_batched_tokens
+    elif spec.chunked_prefill:
+        mbt = max(8192, spec.max_num_seqs)
+    else:  # vLLM requires max_num_batched_tokens >= max_model_len without chunking
+        mbt = max(8192, min(model.max_context, kv_tokens))
+    config = EngineConfig(
+        kv_capacity_tokens=kv_tokens,
+        max_num_seqs=spec.max_num_seqs,
+        max_batched_tokens=mbt,
+        chunked_prefill=spec.chunked_prefill,
+    )
+    max_total = kv_tokens if spec.chunked_prefill else min(kv_tokens, mbt)
+    probe = Workload(requests=spec.requests, rate=1.0, arrivals=spec.arrivals, **spec.workload)
+    prompt, output = lengths(probe, length_rng, model.max_context, max_total)
+    capacity = estimate_capacity(cost, config, float(prompt.mean()), float(output.mean()))
+    rate = spec.rate if spec.rate is not None else round(0.6 * capacity, 3)
+    workload = Workload(requests=spec.requests, rate=rate, arrivals=spec.arrivals, **spec.workload)
+    arrival = np.cumsum(inter_arrivals(workload, arrival_rng))
+    cached = np.zeros_like(prompt)
+    result = simulate(arrival, prompt, output, config, cost, cached_tokens=cached)
+    simulated = time.perf_counter()
+    metadata = {
+        "run_id": out.name.split(".")[0],
+        "server": "sim-0",
+        "model": model.hf_id,
+        "gpu": gpu.name,
+        "gpu_count": spec.gpu_count,
+        "engine": "sim",
+        "engine_version": __version__,
+        "max_num_seqs": config.max_num_seqs,
+        "max_batched_tokens": config.max_batched_tokens,
+        "chunked_prefill": config.chunked_prefill,
+        "attention": spec.attention,
+        "weight_dtype": spec.weight_dtype,
+        "kv_dtype": spec.kv_dtype,
+    }
+    nbytes = write_jsonl(
+        out,
+        result,
+        arrival=arrival,
+        prompt=prompt,
+        output=output,
+        cached=cached,
+        start_unix=spec.start.timestamp(),
+        metadata=metadata,
+        token_times=spec.token_times,
+    )
+    finished = time.perf_counter()
+    truth = _truth(spec, model, gpu, cost, config, workload, capacity, result, arrival)
+    truth["timing_s"] = {
+        "simulate": round(simulated - began, 3),
+        "write": round(finished - simulated, 3),
+        "bytes": nbytes,
+    }
+    Path(f"{out}.truth.json").write_text(json.dumps(truth, indent=2) + "\n", encoding="utf-8")
+    return truth
+
+
+def _truth(
+    spec: GenerateSpec,
+    model: catalog.Model,
+    gpu: catalog.GPU,
+    cost: StepCost,
+    config: EngineConfig,
+    workload: Workload,
+    capacity: float,
+    result: SimResult,
+    arrival: np.ndarray,
+) -> dict[str, Any]:
+    ttft = result.first_token - arrival
+    return {
+        "generator": f"pipeline generate {__version__}",
+        "seed": spec.seed,
+        "start": spec.start.isoformat(),
+        "gpu": gpu.name,
+        "model": model.name,
+        "model_id": model.hf_id,
+        "attention_kind": model.attention_kind,
+        "gpu_count": spec.gpu_count,
+        "attention": spec.attention,
+        "cost": cost.params(),
+        "config": asdict(config),
+        "arrival_process": workload.describe(),
+        "estimated_capacity_rps": round(capacity, 3),
+        "critical_batch": round(critical_batch(gpu, spec.weight_dtype), 1),
+        "summary": {
+            "requests": result.n_requests,
+            "steps": result.steps,
+            "busy_fraction": round(result.busy_time / float(np.nanmax(result.finish)), 4),
+            "preemptions": int(result.preemptions.sum()),
+            "ttft_p50_s": round(float(np.nanmedian(ttft)), 6),
+            "ttft_p99_s": round(float(np.nanpercentile(ttft, 99)), 6),
+        },
+    }
