@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import importlib
 import json
 import os
@@ -18,7 +19,7 @@ from pipeline.report.html import Section
 from pipeline.report.period import Period, previous, resolve
 from pipeline.report.sections import ORDER
 from pipeline.warehouse.layout import Layout
-from pipeline.warehouse.views import connect
+from pipeline.warehouse.views import connect, derived_tables
 
 UTC = dt.UTC
 
@@ -73,6 +74,19 @@ def file_stem(period: Period | None) -> str:
     return f"report-{period.slug()}" if period else "report-all"
 
 
+def warehouse_version(layout: Layout) -> str:
+    """Changes whenever committed input or a derived table changes."""
+    h = hashlib.sha256()
+    if layout.manifest_dir.exists():
+        for p in sorted(layout.manifest_dir.glob("*.json")):
+            h.update(p.name.encode())
+    for name, files in derived_tables(layout).items():
+        for f in files:
+            st = f.stat()
+            h.update(f"{name}/{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
 def _build_section(name: str, ctx: Context) -> Section:
     module = importlib.import_module(f"pipeline.report.sections.{name}")
     return module.build(ctx)
@@ -87,9 +101,11 @@ def build_report(
     options: Options | None = None,
     period: Period | None = None,
     now: dt.datetime | None = None,
+    version: str | None = None,
 ) -> ReportResult:
     """Write ``<out_dir>/report-<period>.html`` (+ ``.json``), refresh ``index.html``."""
     options = options or Options()
+    version = version or warehouse_version(layout)
     now = now or dt.datetime.now(UTC)
     b = bounds(layout)
     quarantined = connect(layout).table("quarantine").count("*").fetchall()[0][0]
@@ -127,6 +143,7 @@ def build_report(
         "compare_with": prev.to_json() if prev else None,
         "generated": now.isoformat(),
         "warehouse": str(layout.root),
+        "warehouse_version": version,
         "bytes": len(html.encode()),
         "charts": len(ctx.charts),
         "sections": {s.id: (s.summary or {}) | ({"absent": s.absent} if s.absent else {})

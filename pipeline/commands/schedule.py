@@ -1,0 +1,98 @@
+"""``pipeline schedule``: run ``pipeline run`` in the foreground on a cron schedule."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import click
+
+from pipeline.commands._common import console
+from pipeline.commands.run import run_options
+from pipeline.errors import UserError
+from pipeline.schedule.cron import Cron, CronError, parse
+
+
+def loop(
+    cron: Cron,
+    job: Callable[[], int],
+    now: Callable[[], dt.datetime],
+    sleep: Callable[[float], None] = time.sleep,
+    max_runs: int | None = None,
+    say: Callable[[str], None] = print,
+) -> int:
+    """Wait for each fire time and run ``job``; returns how many runs were made."""
+    runs = 0
+    while max_runs is None or runs < max_runs:
+        due = cron.next_after(now())
+        say(f"next run at {due:%Y-%m-%d %H:%M}")
+        while (left := (due - now()).total_seconds()) > 0:
+            sleep(min(left, 30.0))  # short naps notice clock jumps and suspends
+        rc = job()
+        runs += 1
+        say(f"run {runs} finished with exit code {rc}")
+    return runs
+
+
+def _forward(ctx: click.Context) -> list[str]:
+    """The `pipeline run` arguments this invocation was given."""
+    args: list[str] = []
+    p = ctx.params
+    for path in p["logs"]:
+        args += ["--logs", str(path)]
+    for name in ("warehouse", "out", "window", "fmt", "compare_with", "slo_ttft", "slo_tpot"):
+        if p.get(name) is not None:
+            flag = "--format" if name == "fmt" else "--" + name.replace("_", "-")
+            args += [flag, str(p[name])]
+    for s in p["sets"]:
+        args += ["--set", s]
+    args += ["--regression", str(p["regression"])]
+    return args
+
+
+@click.command("schedule")
+@click.option(
+    "--cron",
+    "cron_text",
+    required=True,
+    metavar="EXPR",
+    help="Five-field cron expression, e.g. '0 * * * *' (hourly) or '@daily'.",
+)
+@click.option("--utc", is_flag=True, help="Read the cron expression in UTC, not local time.")
+@click.option("--max-runs", type=int, default=None, help="Stop after this many runs.")
+@click.option("--now", "run_now", is_flag=True, help="Also run once right away.")
+@run_options
+@click.pass_context
+def command(ctx, cron_text, utc, max_runs, run_now, **_):  # fmt: skip
+    """Run `pipeline run` in the foreground at every time the cron expression names.
+
+    Each run is a separate process (a crash cannot stop the schedule) and takes the same
+    lock as `pipeline run`, so a run that outlasts its slot is never doubled. Stop with Ctrl-C.
+    For a service, prefer cron or a systemd timer calling `pipeline run` (docs/scheduling.md).
+
+    \b
+    Example:
+      pipeline schedule --cron "0 * * * *" --logs /var/log/vllm --warehouse wh --out reports/
+    """
+    try:
+        cron = parse(cron_text)
+    except CronError as exc:
+        raise UserError(f"--cron: {exc}") from None
+    argv = [sys.executable, "-c", "from pipeline.cli import main; main()", "run", *_forward(ctx)]
+    out = console()
+
+    def job() -> int:
+        return subprocess.run(argv, check=False).returncode
+
+    def now() -> dt.datetime:
+        return dt.datetime.now(dt.UTC).replace(tzinfo=None) if utc else dt.datetime.now()
+
+    if run_now:
+        out.print(f"run 0 finished with exit code {job()}")
+    try:
+        loop(cron, job, now, max_runs=max_runs, say=out.print)
+    except KeyboardInterrupt:
+        out.print("schedule stopped")

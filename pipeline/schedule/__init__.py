@@ -1,0 +1,1 @@
+"""Scheduled runs: ingest new logs, fit, report; a tiny cron parser and the loop that drives it."""
