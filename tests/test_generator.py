@@ -41,7 +41,7 @@ def test_records_follow_metrics_definitions(tmp_path: Path) -> None:
         assert tt[0] == pytest.approx(r.first_token_ts - r.arrival_ts, abs=2 * US)
         assert tt[-1] == pytest.approx(r.finish_ts - r.arrival_ts, abs=2 * US)
         assert all(b >= a for a, b in itertools.pairwise(tt))
-        assert r.model == "meta-llama/Llama-3.1-8B" and r.gpu == "H100-SXM"
+        assert r.model == "meta-llama/Llama-3.1-8B" and r.gpu == "H100-SXM" and r.run_id == "t"
         assert r.prompt_tokens + r.output_tokens <= 131072
 
 
@@ -119,6 +119,7 @@ def test_cli_writes_trace_and_truth(tmp_path: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     assert len(out.read_text().splitlines()) == 30
+    assert json.loads(out.read_text().splitlines()[0])["run_id"] == "cli"
     truth = json.loads(Path(f"{out}.truth.json").read_text())
     assert (truth["model"], truth["attention_kind"], truth["seed"]) == ("Llama-2-7B", "MHA", 2)
 

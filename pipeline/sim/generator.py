@@ -66,6 +66,14 @@ class GenerateSpec:
             raise ValueError(f"unknown efficiency parameter(s): {', '.join(sorted(unknown))}")
 
 
+def run_id_for(path: Path) -> str:
+    """Name without data/compression suffixes: 'x__llama-3.1-8b.jsonl.gz' -> 'x__llama-3.1-8b'."""
+    name = path.name
+    for suffix in (".gz", ".zst", ".zstd", ".jsonl", ".ndjson", ".json"):
+        name = name.removesuffix(suffix)
+    return name
+
+
 def draw_efficiencies(rng: np.random.Generator, pinned: dict[str, float]) -> dict[str, float]:
     drawn = {k: float(rng.uniform(lo, hi)) for k, (lo, hi) in TRUTH_RANGES.items()}
     return drawn | pinned
@@ -83,7 +91,9 @@ def estimate_capacity(
 
 
 def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
-    """Write the trace to ``out`` and its ground truth to ``out`` + '.truth.json'; returns truth."""
+    """Write the trace to ``out`` and its ground truth to ``out`` + '.truth.json'.
+
+    Returns the truth plus ``timing_s`` (simulate/write seconds and uncompressed bytes)."""
     began = time.perf_counter()
     gpu, model = catalog.gpu(spec.gpu), catalog.model(spec.model)
     # Independent streams: pinning an efficiency must not change the sampled workload.
@@ -126,7 +136,7 @@ def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
     result = simulate(arrival, prompt, output, config, cost, cached_tokens=cached)
     simulated = time.perf_counter()
     metadata = {
-        "run_id": out.name.split(".")[0],
+        "run_id": run_id_for(out),
         "server": "sim-0",
         "model": model.hf_id,
         "gpu": gpu.name,
@@ -153,12 +163,13 @@ def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
     )
     finished = time.perf_counter()
     truth = _truth(spec, model, gpu, cost, config, workload, capacity, result, arrival)
+    Path(f"{out}.truth.json").write_text(json.dumps(truth, indent=2) + "\n", encoding="utf-8")
+    # Timings vary run to run, so they are returned but kept out of the (reproducible) truth file.
     truth["timing_s"] = {
         "simulate": round(simulated - began, 3),
         "write": round(finished - simulated, 3),
         "bytes": nbytes,
     }
-    Path(f"{out}.truth.json").write_text(json.dumps(truth, indent=2) + "\n", encoding="utf-8")
     return truth
 
 
