@@ -13,6 +13,7 @@ from pipeline.commands._common import console, interactive, layout_for, warehous
 from pipeline.errors import EXIT_FAILED_CHECK, UserError
 from pipeline.ingest.metadata import MetadataError, parse_sets
 from pipeline.ingest.run import IngestOptions, ingest_paths, input_files, totals
+from pipeline.readers.mapping import MappingError, load_mapping
 from pipeline.readers.registry import by_name
 
 
@@ -27,13 +28,19 @@ from pipeline.readers.registry import by_name
     help="Metadata the logs lack, e.g. --set gpu=H100-SXM --set gpu_count=8 (repeatable).",
 )
 @click.option("--format", "fmt", default=None, help="Force a reader (see `pipeline formats`).")
+@click.option(
+    "--mapping",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Read home-grown logs with a declarative TOML mapping (docs/mapping.md).",
+)
 @click.option("--strict", is_flag=True, help="Exit 1 if any record was quarantined.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary table.")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON on stdout.")
 @click.option(
     "--max-line-mb", default=32, show_default=True, help="Quarantine lines longer than this."
 )
-def command(paths, warehouse, sets, fmt, strict, quiet, as_json, max_line_mb):
+def command(paths, warehouse, sets, fmt, mapping, strict, quiet, as_json, max_line_mb):
     """Read serving logs (files or folders, recursive; plain, .gz or .zst) into the warehouse.
 
     Every record ends up in the warehouse or in quarantine with its file, line and reason; a
@@ -44,15 +51,22 @@ def command(paths, warehouse, sets, fmt, strict, quiet, as_json, max_line_mb):
     \b
     Example:
       pipeline ingest logs/ --set gpu=H100-SXM --set gpu_count=1
+      pipeline ingest our_logs.csv --mapping our_logs.mapping.toml
       pipeline query --sql "SELECT reason, count(*) FROM quarantine GROUP BY 1"
     """
     try:
+        if mapping is not None:
+            load_mapping(mapping)  # a broken mapping is a usage error, reported before reading
+            fmt = "mapping"
         options = IngestOptions(
-            fmt=fmt, sets=parse_sets(list(sets)), max_line_bytes=max_line_mb * 1024 * 1024
+            fmt=fmt,
+            sets=parse_sets(list(sets)),
+            max_line_bytes=max_line_mb * 1024 * 1024,
+            mapping=mapping,
         )
         if fmt:
             by_name(fmt)
-    except (MetadataError, KeyError) as exc:
+    except (MetadataError, KeyError, MappingError) as exc:
         raise UserError(str(exc).strip('"')) from None
     layout = layout_for(warehouse)
     out = console(quiet)

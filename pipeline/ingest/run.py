@@ -46,6 +46,7 @@ class IngestOptions:
     fmt: str | None = None
     sets: dict[str, object] = field(default_factory=dict)
     max_line_bytes: int = 32 * 1024 * 1024
+    mapping: Path | None = None
 
 
 def default_run_id(path: Path, sha: str) -> str:
@@ -232,11 +233,13 @@ class Ingestor:
 
     def _read_all(self, reader: Reader, path: Path, sha: str, staged: StagedWrite, fmt: str):
         source = str(path)
+        self._reader = reader
         c = dict.fromkeys(COUNT_KEYS, 0)
         ctx = ReadContext(
             path=path,
             default_run_id=default_run_id(path, sha),
             max_line_bytes=self.options.max_line_bytes,
+            mapping=self.options.mapping,
         )
         fill = {**metadata.run_manifest(path), **self.options.sets}
         dedup = _Dedup(self.layout)
@@ -297,7 +300,7 @@ class Ingestor:
             last_line = max(last_line, int(req["source_line"].max() or 0))
             req, dups = dedup.split(req)
             c["duplicates"] += dups
-            v = validate(req, fmt, source)
+            v = validate(req, fmt, source, getattr(self._reader, "required_fields", ()))
             staged.add("requests", v.requests)
             staged.add("tokens", v.tokens)
             staged.add("quarantine", _quarantine_frame(v.rejected, source, fmt, sha))
@@ -333,8 +336,17 @@ def recover(layout: Layout) -> int:
     return removed
 
 
+# Files in a log folder that are documentation, not logs.
+_NOT_LOGS = (".md", ".rst", ".pdf", ".png", ".jpg", ".html")
+
+
 def input_files(paths: list[Path]) -> list[Path]:
-    return [p for p in discover(paths) if not metadata.is_manifest(p)]
+    """Input files under paths; run manifests and documentation are not inputs."""
+    return [
+        p
+        for p in discover(paths)
+        if not metadata.is_manifest(p) and not p.name.lower().endswith(_NOT_LOGS)
+    ]
 
 
 def ingest_paths(

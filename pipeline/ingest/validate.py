@@ -36,7 +36,7 @@ def _fmt(expr: pl.Expr) -> pl.Expr:
     return expr.round(6).cast(pl.Utf8)
 
 
-def _reason() -> pl.Expr:
+def _reason(required: tuple[str, ...]) -> pl.Expr:
     """The first rule a row breaks, as a sentence; null when the row is valid."""
     c = pl.col
     arr, sch, ft, fin = c("arrival_ts"), c("scheduled_ts"), c("first_token_ts"), c("finish_ts")
@@ -44,8 +44,7 @@ def _reason() -> pl.Expr:
     n_tt = tt.list.len()
     rules: list[tuple[pl.Expr, pl.Expr]] = [
         (c("request_id").is_null() | (c("request_id") == ""), pl.lit("request_id is missing")),
-        (c("prompt_tokens").is_null(), pl.lit("prompt_tokens is missing")),
-        (c("output_tokens").is_null(), pl.lit("output_tokens is missing")),
+        *((c(name).is_null(), pl.lit(f"{name} is missing")) for name in required),
         (arr.is_null(), pl.lit("arrival_ts is missing")),
         (
             c("prompt_tokens") < 0,
@@ -171,12 +170,20 @@ def _pl(name: str, table: tuple) -> pl.DataType:
     return polars_dtype(next(col for col in table if col.name == name).type)
 
 
-def validate(canonical: pl.DataFrame, source_format: str, source_file: str) -> Validated:
-    """Split a canonical frame into warehouse rows and rejected rows (with reasons)."""
+def validate(
+    canonical: pl.DataFrame,
+    source_format: str,
+    source_file: str,
+    required: tuple[str, ...] = ("prompt_tokens", "output_tokens"),
+) -> Validated:
+    """Split a canonical frame into warehouse rows and rejected rows (with reasons).
+
+    ``required`` names the columns that must not be null (the reader's ``required_fields``).
+    """
     df = canonical.with_columns(
         [pl.col(k).fill_null(v) for k, v in _DEFAULTS.items() if k in canonical.columns]
     )
-    df = df.with_columns(_reason=_reason())
+    df = df.with_columns(_reason=_reason(required))
     bad = df.filter(pl.col("_reason").is_not_null())
     good = df.filter(pl.col("_reason").is_null())
     rejected = bad.select(

@@ -71,6 +71,7 @@ class ReadContext:
     default_run_id: str  # file-derived run id for records that carry none
     max_line_bytes: int = 32 * 1024 * 1024
     batch_rows: int = 200_000
+    mapping: Path | None = None  # a declarative mapping file (pipeline/readers/mapping.py)
 
 
 @dataclass(frozen=True)
@@ -86,16 +87,19 @@ class Reader(Protocol):
     name: str
     description: str
     capabilities: Capabilities
+    # Canonical columns a row must have to be kept. Our own format requires token counts; tools
+    # that do not log them (TGI at INFO level, genai-perf) leave them null instead of losing rows.
+    required_fields: tuple[str, ...]
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        """True when the file (first 64 KiB of its decompressed bytes in ``head``) is this format."""
+        """True when the file (its first 64 KiB, decompressed, in ``head``) is this format."""
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
         """Yield the file's content as canonical frames."""
 
 
 class InputError(Exception):
-    """A whole input cannot be read (binary, truncated, unknown format): becomes a quarantine row."""
+    """A whole input cannot be read (binary, truncated, unknown): becomes a quarantine row."""
 
 
 def empty_requests() -> pl.DataFrame:

@@ -108,6 +108,7 @@ class _Chunk:
 
 class NativeReader:
     name = "native"
+    required_fields = ("prompt_tokens", "output_tokens")
     description = "Our own JSON-lines request log (schemas/request-record.schema.json)."
     capabilities = Capabilities(
         per_request=True, per_token=True, arrivals_only=False, gpu_model_present=True
