@@ -10,25 +10,54 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeline.commands._common import layout_for, warehouse_option
+from pipeline.engines import ENGINES, open_engine
 from pipeline.errors import UserError
-from pipeline.query.named import QueryError, all_queries, load, queries_dir, run_adhoc, run_named
+from pipeline.query.named import QueryError, all_queries, load, queries_dir
 from pipeline.query.output import render_table, write
-from pipeline.warehouse.views import connect
 
 
 @click.command("query")
 @click.argument("name", required=False)
 @warehouse_option
-@click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE",
-              help="Bind a query parameter (repeatable).")
+@click.option(
+    "--param",
+    "-p",
+    "params",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Bind a query parameter (repeatable).",
+)
 @click.option("--sql", default=None, help="Run this read-only SQL instead of a named query.")
 @click.option("--list", "list_", is_flag=True, help="List the named queries.")
-@click.option("--format", "-f", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]),
-              default=None, help="Output format [default: table on a terminal, else csv].")
-@click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write to this file instead of stdout.")
-@click.option("--queries-dir", type=click.Path(file_okay=False), default=None,
-              help="Folder of named queries [default: ./queries].")
+@click.option(
+    "--format",
+    "-f",
+    "fmt",
+    type=click.Choice(["table", "csv", "json", "parquet"]),
+    default=None,
+    help="Output format [default: table on a terminal, else csv].",
+)
+@click.option(
+    "--out",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write to this file instead of stdout.",
+)
+@click.option(
+    "--queries-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Folder of named queries [default: ./queries].",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default="duckdb",
+    show_default=True,
+    help="Query engine: duckdb in process, or spark (local[*], spark-submit or a "
+    "cluster; the SQL is translated by sqlglot). See docs/fleet.md.",
+)
 def command(name, warehouse, params, sql, list_, fmt, out, queries_dir_opt=None, **kw):
     """Run a named query (queries/NAME.sql) or ad-hoc SQL over the warehouse views.
 
@@ -41,6 +70,7 @@ def command(name, warehouse, params, sql, list_, fmt, out, queries_dir_opt=None,
       pipeline query latency_percentiles
       pipeline query throughput_by_window --param window_s=30 --format csv
       pipeline query --sql "SELECT model, count(*) FROM requests GROUP BY 1"
+      pipeline query latency_percentiles --engine spark
     """
     qdir = kw.get("queries_dir")
     try:
@@ -48,21 +78,19 @@ def command(name, warehouse, params, sql, list_, fmt, out, queries_dir_opt=None,
             _list(Path(qdir) if qdir else queries_dir())
             return
         if bool(name) == bool(sql):
-            raise UserError("give a query NAME or --sql \"...\" (see `pipeline query --list`)")
+            raise UserError('give a query NAME or --sql "..." (see `pipeline query --list`)')
         given = {}
         for p in params:
             if "=" not in p:
                 raise UserError(f"--param {p}: expected KEY=VALUE")
             k, v = p.split("=", 1)
             given[k] = v
-        con = connect(layout_for(warehouse))
-        if sql:
-            if given:
-                raise UserError("--param applies to named queries only")
-            table = run_adhoc(con, sql)
-        else:
-            q = load(name, Path(qdir) if qdir else None)
-            table = run_named(con, q, given)
+        if sql and given:
+            raise UserError("--param applies to named queries only")
+        q = None if sql else load(name, Path(qdir) if qdir else None)
+        root = warehouse if warehouse and "://" in warehouse else layout_for(warehouse)
+        with open_engine(kw.get("engine") or "duckdb", root) as engine:
+            table = engine.adhoc(sql) if sql else engine.named_arrow(q, given)
     except QueryError as exc:
         raise UserError(str(exc)) from None
     except duckdb.Error as exc:  # show the engine's message, not a traceback

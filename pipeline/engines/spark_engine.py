@@ -24,6 +24,7 @@ SQL
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -48,8 +49,36 @@ LOCAL_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.adaptive.enabled": "true",
-    "spark.driver.extraJavaOptions": "-Dlog4j2.level=error",
 }
+
+# Spark's own logging for a session started here: errors only, and no JSON dump of a query's
+# analysis error (the engine raises it as one line).
+LOG4J2 = """\
+status = error
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = spark %p %c{1}: %m%n
+logger.sqlctx.name = SQLQueryContextLogger
+logger.sqlctx.level = off
+logger.captured.name = org.apache.spark.sql.errors
+logger.captured.level = off
+"""
+
+
+def _log_config() -> str:
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.gettempdir()) / f"pipeline-spark-log4j2-{os.getuid()}.properties"
+    if not path.exists() or path.read_text() != LOG4J2:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(LOG4J2)
+        os.replace(tmp, path)
+    return str(path)
 
 
 def missing_requirements() -> str | None:
@@ -87,6 +116,7 @@ def start_session(
     master = master or os.environ.get("PIPELINE_SPARK_MASTER") or "local[*]"
     builder = SparkSession.builder.appName(app_name).master(master)
     settings = dict(LOCAL_CONF)
+    settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={_log_config()}"
     if master.startswith("local"):
         cores = master[master.find("[") + 1 : -1] if "[" in master else "1"
         n = (os.cpu_count() or 2) if cores in ("*", "") else int(cores)
@@ -124,6 +154,8 @@ class SparkEngine(Engine):
             raise ValueError(f"files must be one of {FILE_MODES}, not {files!r}")
         layout, uri = _resolve(root)
         super().__init__(layout, uri)
+        # PySpark logs a query's analysis error with its full JVM trace; we raise it as one line.
+        logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL + 1)
         base = spark or start_session(master, conf)
         self.spark = base.newSession()  # own temp views and settings, same cluster
         self.spark.conf.set("spark.sql.session.timeZone", "UTC")
