@@ -88,3 +88,24 @@ def test_parquet_output(tmp_path, cli_env):
     r = run(["query", "latency_percentiles", "-f", "parquet", "-o", str(out)], cli_env)
     assert r.returncode == 0, r.stderr
     assert pq.read_table(out).column("requests").to_pylist() == [3]
+
+
+def test_formats_lists_every_reader_with_capabilities(cli_env):
+    r = run(["formats", "--json"], cli_env)
+    rows = {x["format"]: x for x in json.loads(r.stdout)}
+    assert {
+        "native",
+        "vllm_bench",
+        "sglang_bench",
+        "tgi_router_log",
+        "aiperf",
+        "llmperf",
+        "guidellm",
+        "azure_llm_trace",
+        "mooncake",
+        "burstgpt",
+        "mapping",
+    } <= set(rows)
+    assert rows["native"]["per_token"] and rows["native"]["gpu_model_in_log"]
+    assert rows["mooncake"]["arrivals_only"] and not rows["mooncake"]["per_request"]
+    assert "gpu" in rows["vllm_bench"]["needs_set"]
