@@ -175,3 +175,65 @@ def requests_frame(spec: Spec, run_id: str) -> pl.DataFrame:
         pl.col("arrival_at").dt.replace_time_zone("UTC"),
         day=pl.col("arrival_at").dt.strftime("%Y-%m-%d"),
     )
+
+
+XSS = "<img src=x onerror=alert(1)>"
+
+
+def odd_records(start: float = EPOCH) -> list[dict]:
+    """Records that exercise escaping and the data-quality section.
+
+    Five requests of a model named like an XSS payload, two without a GPU, three on a relative
+    clock (their own run), and one whose first token precedes its arrival (quarantined).
+    """
+    out: list[dict] = []
+    for i in range(5):
+        t = start + 10 + i
+        out.append(
+            {
+                "request_id": f"xss-{i}", "run_id": "run-xss", "model": XSS, "gpu": "H100-SXM",
+                "server": "srv-xss", "prompt_tokens": 100 * (i + 1), "output_tokens": 20,
+                "arrival_ts": t, "scheduled_ts": t + 0.01, "first_token_ts": t + 0.05,
+                "finish_ts": t + 0.5,
+            }
+        )  # fmt: skip
+    for i in range(2):
+        t = start + 20 + i
+        out.append(
+            {
+                "request_id": f"nogpu-{i}", "run_id": "run-nogpu", "model": "mystery-model",
+                "prompt_tokens": 50, "output_tokens": 5, "arrival_ts": t,
+                "first_token_ts": t + 0.1, "finish_ts": t + 0.2,
+            }
+        )  # fmt: skip
+    for i in range(3):
+        out.append(
+            {
+                "request_id": f"rel-{i}", "run_id": "run-relative", "clock": "relative",
+                "model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "H100-SXM",
+                "prompt_tokens": 64, "output_tokens": 8, "arrival_ts": 100.0 + i,
+                "first_token_ts": 100.2 + i, "finish_ts": 100.5 + i,
+            }
+        )  # fmt: skip
+    out.append(
+        {
+            "request_id": "bad-0", "run_id": "run-bad", "model": "m", "gpu": "H100-SXM",
+            "prompt_tokens": 10, "output_tokens": 2, "arrival_ts": start + 30,
+            "first_token_ts": start + 29.5, "finish_ts": start + 31,
+        }
+    )  # fmt: skip
+    return out
+
+
+def make_warehouse(root: Path, logs: Path, specs: list[Spec], odd: bool = False):
+    """Write one log per spec (plus the odd records in the first) and ingest them all."""
+    from pipeline.ingest.run import IngestOptions, ingest_paths
+    from pipeline.warehouse.layout import Layout
+
+    paths = [
+        write_jsonl(logs / f"log-{i}.jsonl", s, odd_records(s.start) if odd and i == 0 else None)
+        for i, s in enumerate(specs)
+    ]
+    layout = Layout(root)
+    ingest_paths(paths, layout, IngestOptions())
+    return layout

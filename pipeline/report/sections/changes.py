@@ -1,10 +1,11 @@
 """Changes against the comparison period, with regressions flagged.
 
-A percentile is judged only when both periods have at least ten requests beyond it (20 for p50,
-100 for p90, 1,000 for p99); otherwise it is marked "too few requests". A latency percentile that
-rose by more than ``--regression`` (default 10 %), a throughput, goodput
-or SLO attainment that fell by more than it, or a failure rate that rose by more than it and by at
-least one percentage point, is a regression.
+A latency percentile that rose by more than ``--regression`` (default 10 %), a throughput,
+goodput or SLO attainment that fell by more than it, or a failure rate that rose by more than it
+and by at least one percentage point, is a regression. A percentile is judged only when both
+periods have at least TAIL = 50 requests beyond it (100 for p50, 500 for p90, 5,000 for p99):
+a tail percentile of fewer requests moves by more than 10 % between samples of identical
+traffic. Otherwise it is marked "too few requests".
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import polars as pl
 from pipeline.report.context import Context
 from pipeline.report.html import Col, Section, esc, ms, num, pct, signed_pct, table
 from pipeline.report.sections.headline import headline_frame
+
+TAIL = 50  # requests beyond a percentile needed to judge its change
 
 # column, label, direction (+1: higher is worse, -1: lower is worse), formatter
 METRICS = (
@@ -55,7 +58,7 @@ def compare(cur: pl.DataFrame, prev: pl.DataFrame, threshold: float) -> pl.DataF
                 continue
             change = (a - b) / b if b else None
             q = _quantile(col)
-            if q is not None and min(r["requests"], r["requests_prev"]) < 10 / (1 - q):
+            if q is not None and min(r["requests"], r["requests_prev"]) < TAIL / (1 - q):
                 rows.append(_row(r, label, col, a, b, change, "too few requests"))
                 continue
             worse = change is not None and direction * change > threshold

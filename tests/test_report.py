@@ -1,0 +1,283 @@
+"""pipeline report: the page's figures, escaping, self-containment, sections, comparisons."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from pipeline.cli import main
+from pipeline.report import Options, build_report
+from pipeline.report._testdata import EPOCH, XSS, Spec, make_warehouse
+from pipeline.report.context import MAX_POINTS
+from pipeline.warehouse.derived import write_derived
+from pipeline.warehouse.layout import Layout
+from pipeline.warehouse.views import connect
+
+DAY = 86400.0
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory) -> Layout:
+    root = tmp_path_factory.mktemp("report")
+    return make_warehouse(root / "wh", root / "logs", [Spec(n=1500, seed=1)], odd=True)
+
+
+@pytest.fixture(scope="module")
+def page(warehouse, tmp_path_factory) -> tuple[Path, str, dict]:
+    out = tmp_path_factory.mktemp("reports")
+    r = build_report(warehouse, out)
+    return r.path, r.path.read_text(), r.summary
+
+
+class Tags(HTMLParser):
+    """Every start tag with its attributes, and the text outside <script>/<style>."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.text: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        if tag in ("script", "style"):
+            self._skip += 1
+
+    def handle_endtag(self, tag):
+        if tag in ("script", "style"):
+            self._skip -= 1
+
+    def handle_data(self, data):
+        if not self._skip:
+            self.text.append(data)
+
+
+def parse(html: str) -> Tags:
+    t = Tags()
+    t.feed(html)
+    return t
+
+
+def test_cli_writes_dated_page_and_prints_its_path(warehouse, tmp_path):
+    res = CliRunner().invoke(main, ["report", "-w", str(warehouse.root), "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    path = Path(res.stdout.strip().splitlines()[-1])
+    # 1,500 requests from 2026-11-02 00:00 UTC over ~3 minutes, plus the odd records
+    assert path.name == "report-20261102T0000Z-20261102T0004Z.html"
+    assert path.is_file() and (tmp_path / "index.html").is_file()
+    assert path.with_suffix(".json").is_file()
+
+
+def test_headline_counts_match_the_warehouse(page, warehouse):
+    _, html, summary = page
+    con = connect(warehouse)
+    total, failed = con.sql(
+        "SELECT count(*), count(*) FILTER (WHERE status <> 'ok') FROM requests"
+    ).fetchall()[0]
+    assert total == 1500 + 5 + 2 + 3  # the quarantined record is not a request
+    assert summary["sections"]["headline"]["requests"] == total
+    assert summary["sections"]["headline"]["failed"] == failed
+    assert f'data-figure="requests">{total:,}<' in html
+    # one headline row per model x GPU, including the '?' GPU of the runs without one
+    assert summary["sections"]["headline"]["series"] == 4
+    assert '<td class="">?</td>' in html
+
+
+def test_model_names_from_logs_are_escaped(page):
+    _, html, _ = page
+    assert XSS not in html  # nowhere raw: not in tables, not in the chart specs
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert "\\u003cimg src=x onerror=alert(1)\\u003e" in html  # inside the JSON specs
+    assert not [t for t, a in parse(html).tags if t == "img"]
+
+
+def test_page_is_self_contained(page):
+    _, html, summary = page
+    tags = parse(html).tags
+    for tag, attrs in tags:
+        for key in ("src", "href"):
+            value = attrs.get(key) or ""
+            assert not re.match(r"\s*(https?:)?//", value), (tag, key, value)
+    assert [a.get("src") for t, a in tags if t == "script"] == [None] * 4  # all inline
+    assert not [t for t, _ in tags if t in ("link", "iframe", "img")]
+    csp = [a["content"] for t, a in tags if a.get("http-equiv") == "Content-Security-Policy"]
+    assert csp and "default-src 'none'" in csp[0]
+    assert "window.vegaEmbed=" in html  # the libraries are inlined
+    assert summary["bytes"] == len(html.encode()) < 5_000_000
+
+
+def test_charts_embed_few_points(page):
+    _, html, summary = page
+    counts = [int(n) for n in re.findall(r'data-points="(\d+)"', html)]
+    assert len(counts) == summary["charts"] == 4  # ttft, breakdown, decode, roofline
+    assert all(0 < n <= MAX_POINTS for n in counts)
+
+
+def test_absent_sections_say_so_in_one_line(page):
+    _, html, summary = page
+    s = summary["sections"]
+    assert s["attribution"]["absent"].startswith("No attribution yet")
+    assert s["replay"]["absent"].startswith("No replay results")
+    assert s["claims"]["absent"].startswith("No claims checked yet")
+    assert s["changes"]["absent"].startswith("No comparison period")
+    assert html.count('class="absent"') == 4
+
+
+def test_data_quality_section(page):
+    _, html, summary = page
+    q = summary["sections"]["quality"]
+    assert q["quarantined"] == 1 and q["clock_problems"] == 1
+    assert q["relative_clock_runs"] == 1
+    assert q["missing_gpu"] == 2
+    assert 'data-quarantined="1"' in html
+    assert "first token N s before arrival" in html  # numbers folded out of the reason
+    assert "run-relative" in html and "run-nogpu" in html
+
+
+def test_ttft_decomposition_and_physics(page):
+    _, _, summary = page
+    s = summary["sections"]
+    shares = s["ttft-breakdown"]["queue_share"]
+    key = "meta-llama/Llama-3.1-8B-Instruct · H100-SXM · all requests"
+    assert 0.0 < shares[key] < 1.0
+    eff = s["efficiency"]
+    decode = eff["meta-llama/Llama-3.1-8B-Instruct · H100-SXM · decode"]
+    # the synthetic 8B decode step is ~8 ms; weights alone are 16 GB at 3.35 TB/s = 4.8 ms
+    assert 0.4 < decode["mbu"] < 1.0
+    assert s["roofline"]["points"] > 10
+    assert s["decode-batch"]["no_roofline"] == [f"{XSS} · H100-SXM", "mystery-model · ?"]
+
+
+def two_days(tmp_path: Path, slowdown: float = 1.5) -> Layout:
+    return make_warehouse(
+        tmp_path / "wh",
+        tmp_path / "logs",
+        [Spec(n=3000, seed=1), Spec(n=3000, seed=2, start=EPOCH + DAY, slowdown=slowdown)],
+    )
+
+
+def test_regressions_against_previous_period_and_index(tmp_path):
+    layout = two_days(tmp_path)
+    out = tmp_path / "reports"
+    first = build_report(layout, out, since="2026-11-02", until="2026-11-03")
+    second = build_report(layout, out, since="2026-11-03", until="2026-11-04")
+    assert first.summary["sections"]["changes"]["absent"].startswith("No requests in the comp")
+    changes = second.summary["sections"]["changes"]
+    assert changes["regressions"] > 0
+    assert any("TTFT p90" in r and "+" in r for r in changes["regressed"])
+    html = second.path.read_text()
+    assert f'data-regressions="{changes["regressions"]}"' in html
+    index = (out / "index.html").read_text()
+    assert index.index(second.path.name) < index.index(first.path.name)  # newest first
+    assert f"{changes['regressions']} regressions" in index and "not compared" in index
+
+
+def test_no_regression_for_the_same_traffic(tmp_path):
+    layout = two_days(tmp_path, slowdown=1.0)
+    r = build_report(layout, tmp_path / "r", since="24h")  # 24 h back from the last arrival
+    req = {k: dt.datetime.fromisoformat(v) for k, v in r.summary["requested"].items()}
+    assert req["end"] - req["start"] == dt.timedelta(days=1)
+    assert r.summary["compare_with"]["end"] == r.summary["requested"]["start"]
+    s = r.summary["sections"]["changes"]
+    ttft = [x for x in s["regressed"] if "TTFT" in x]
+    assert ttft == []
+
+
+def test_fitted_cost_models_are_drawn(tmp_path):
+    layout = make_warehouse(tmp_path / "wh", tmp_path / "logs", [Spec(n=800, seed=3)])
+    write_derived(
+        layout,
+        "cost_models",
+        pl.DataFrame(
+            {
+                "model": ["meta-llama/Llama-3.1-8B-Instruct", "no-such-model"],
+                "gpu": ["H100-SXM", "H100-SXM"],
+                "mfu": [0.4, 0.5],
+                "mbu": [0.6, 0.7],
+                "step_overhead": [0.002, 0.0],
+            }
+        ),
+    )
+    r = build_report(layout, tmp_path / "r")
+    assert r.summary["sections"]["ttft-prompt"]["fitted_curves"] == 1
+    assert "Dotted: the fitted prefill time" in r.path.read_text()
+
+
+def test_attribution_and_claims_from_tables(tmp_path):
+    layout = make_warehouse(tmp_path / "wh", tmp_path / "logs", [Spec(n=300, seed=4)])
+    write_derived(
+        layout,
+        "attribution",
+        pl.DataFrame(
+            {
+                "metric": ["ttft_p90_s"] * 3,
+                "factor": ["prompt length", "batch size", "<b>queue</b>"],
+                "contribution": [0.05, 0.02, -0.01],
+                "before": [0.20] * 3,
+                "after": [0.26] * 3,
+            }
+        ),
+    )
+    write_derived(
+        layout,
+        "claims",
+        pl.DataFrame(
+            {
+                "claim": ["TTFT grows with prompt length", "int8 raises max throughput"],
+                "verdict": ["supported", "refuted"],
+                "estimate": [0.9, 1.02],
+                "ci_low": [0.85, 0.97],
+                "ci_high": [0.95, 1.07],
+            }
+        ),
+    )
+    r = build_report(layout, tmp_path / "r")
+    s = r.summary["sections"]
+    assert s["attribution"] == {"metrics": 1, "factors": 3}
+    assert s["claims"] == {"claims": 2, "supported": 1, "refuted": 1}
+    html = r.path.read_text()
+    assert "&lt;b&gt;queue&lt;/b&gt;" in html and "<b>queue</b>" not in html
+    assert '<td class="bad">refuted</td>' in html
+
+
+def test_empty_warehouse_exits_3(tmp_path):
+    Layout(tmp_path / "wh").ensure()
+    res = CliRunner().invoke(main, ["report", "-w", str(tmp_path / "wh"), "-o", str(tmp_path)])
+    assert res.exit_code == 3
+    assert "holds no requests" in res.output
+
+
+def test_bad_period_is_a_usage_error(warehouse, tmp_path):
+    args = ["report", "-w", str(warehouse.root), "-o", str(tmp_path)]
+    res = CliRunner().invoke(main, [*args, "--since", "yesterday-ish"])
+    assert res.exit_code == 2 and "cannot read time" in res.output
+    res = CliRunner().invoke(main, [*args, "--slo-ttft", "fast"])
+    assert res.exit_code == 2 and "--slo-ttft" in res.output
+
+
+def test_options_change_goodput(warehouse, tmp_path):
+    strict = build_report(warehouse, tmp_path / "a", options=Options(slo_ttft=0.05))
+    loose = build_report(warehouse, tmp_path / "b", options=Options(slo_ttft=60, slo_tpot=1))
+    a = json.loads(strict.path.with_suffix(".json").read_text())
+    assert (
+        a["sections"]["headline"]["requests"] == loose.summary["sections"]["headline"]["requests"]
+    )
+    assert "TTFT ≤ 50.0 ms" in strict.path.read_text()
+
+
+def test_period_excludes_relative_clocks(warehouse, tmp_path):
+    r = build_report(warehouse, tmp_path, since="2026-11-02T00:00", until="2026-11-02T00:01")
+    con = connect(warehouse)
+    n = con.sql(
+        "SELECT count(*) FROM requests WHERE arrival_at < TIMESTAMPTZ '2026-11-02 00:01:00+00'"
+    ).fetchall()[0][0]
+    assert r.summary["sections"]["headline"]["requests"] == n
+    assert r.path.name == "report-20261102T0000Z-20261102T0001Z.html"
+    assert dt.datetime.fromisoformat(r.summary["period"]["end"]).minute == 1
