@@ -336,8 +336,8 @@ def recover(layout: Layout) -> int:
     return removed
 
 
-# Files in a log folder that are documentation, not logs.
-_NOT_LOGS = (".md", ".rst", ".pdf", ".png", ".jpg", ".html")
+# Files in a log folder that are documentation or generator ground truth, not logs.
+_NOT_LOGS = (".md", ".rst", ".pdf", ".png", ".jpg", ".html", ".truth.json")
 
 
 def input_files(paths: list[Path]) -> list[Path]:
