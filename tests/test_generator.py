@@ -133,3 +133,24 @@ def test_cli_unknown_model_is_a_usage_error(tmp_path: Path) -> None:
 def test_help_has_an_example() -> None:
     res = CliRunner().invoke(command, ["--help"])
     assert "Example:" in res.output and "pipeline generate --out" in res.output
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        GenerateSpec(model="llama-2-7b", chunked_prefill=False, requests=150, seed=4),
+        # Small KV (24 GiB L4 holding 16 GB of weights) at 3x capacity: preemption happens.
+        GenerateSpec(gpu="L4", requests=150, rate=3.0, arrivals="bursty", seed=6),
+        GenerateSpec(model="opt-13b", attention="eager", weight_dtype="fp8", requests=100),
+    ],
+    ids=["no-chunking", "tight-kv", "eager-fp8"],
+)
+def test_other_configurations_stay_consistent(tmp_path: Path, spec: GenerateSpec) -> None:
+    out = tmp_path / "o.jsonl"
+    truth = generate(spec, out)
+    for r in _records(out):
+        assert len(r.token_times) == r.output_tokens
+        assert r.token_times[-1] == pytest.approx(r.finish_ts - r.arrival_ts, abs=2 * US)
+        assert r.prompt_tokens + r.output_tokens - 1 <= truth["config"]["kv_capacity_tokens"]
+    if spec.gpu == "L4":
+        assert truth["summary"]["preemptions"] > 0

@@ -163,6 +163,7 @@ def command(
     click.echo(
         f"wrote {s['requests']} requests to {out} ({truth['timing_s']['bytes'] / 1e6:.1f} MB, "
         f"rate {truth['arrival_process']['rate']}/s, TTFT p50 {s['ttft_p50_s'] * 1e3:.0f} ms) "
-        f"and {out}.truth.json",
+        f"and {out}.truth.json; simulated in {truth['timing_s']['simulate']:.1f} s, "
+        f"written in {truth['timing_s']['write']:.1f} s",
         err=True,
     )

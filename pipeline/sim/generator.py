@@ -125,7 +125,8 @@ def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
         max_batched_tokens=mbt,
         chunked_prefill=spec.chunked_prefill,
     )
-    max_total = kv_tokens if spec.chunked_prefill else min(kv_tokens, mbt)
+    kv_whole_blocks = config.total_blocks * config.block_size
+    max_total = kv_whole_blocks if spec.chunked_prefill else min(kv_whole_blocks, mbt)
     probe = Workload(requests=spec.requests, rate=1.0, arrivals=spec.arrivals, **spec.workload)
     prompt, output = lengths(probe, length_rng, model.max_context, max_total)
     capacity = estimate_capacity(cost, config, float(prompt.mean()), float(output.mean()))
