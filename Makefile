@@ -4,19 +4,26 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3.12 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+BASE := $(VENV)/.installed-base
+FULL := $(VENV)/.installed-full
 WAREHOUSE ?= warehouse
 
-.PHONY: venv demo test lint fmt browser bench clean
+.PHONY: venv venv-full demo test lint fmt browser bench clean
 
-$(STAMP): pyproject.toml
+# The runtime alone (what `make demo` needs), then the test and Spark extras on top.
+$(BASE): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,spark]'
-	touch $(STAMP)
+	$(BIN)/python -m pip install -q -e .
+	touch $(BASE)
 
-venv: $(STAMP)
+$(FULL): $(BASE)
+	$(BIN)/python -m pip install -q -e '.[dev,spark]'
+	touch $(FULL)
+
+venv: $(BASE)
+venv-full: $(FULL)
 
 # Headless chromium for the report's browser tests (Debian package; needs root or sudo).
 browser:
@@ -25,15 +32,15 @@ browser:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
 	    echo "could not install chromium: browser tests will be skipped"; }
 
-lint: venv
+lint: venv-full
 	$(BIN)/ruff check pipeline tests bench
 	$(BIN)/ruff format --check pipeline tests bench
 
-fmt: venv
+fmt: venv-full
 	$(BIN)/ruff format pipeline tests bench
 	$(BIN)/ruff check --fix pipeline tests bench
 
-test: venv browser lint
+test: venv-full browser lint
 	$(BIN)/pipeline schemas --check
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 

@@ -51,7 +51,6 @@ def machine() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=1_000_000)
-    ap.add_argument("--rate", type=float, default=200.0)
     ap.add_argument("--keep", action="store_true", help="keep the warehouse and parquet output")
     a = ap.parse_args()
     OUT.mkdir(exist_ok=True)
