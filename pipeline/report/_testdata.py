@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from pipeline.schema.tables import arrow_schema
+
 # (model, gpu, prefill s/token, decode base s, decode s per batched request)
 DEPLOYMENTS = (
     ("meta-llama/Llama-3.1-8B-Instruct", "H100-SXM", 6.0e-5, 0.0075, 2.0e-5),
@@ -167,13 +169,17 @@ def requests_frame(spec: Spec, run_id: str) -> pl.DataFrame:
             "e2e_s": np.where(ok, ttft + decode, a["queue"] + a["prefill"]),
             "n_emissions": np.zeros(spec.n, np.int32),
             "status": a["status"],
-            "error": np.where(ok, None, "CUDA out of memory"),
+            "error": pl.Series(np.where(ok, "", "CUDA out of memory")).replace("", None),
         },
         nan_to_null=True,
     )
-    return df.with_columns(
+    df = df.with_columns(
         pl.col("arrival_at").dt.replace_time_zone("UTC"),
         day=pl.col("arrival_at").dt.strftime("%Y-%m-%d"),
+    )
+    full = pl.from_arrow(arrow_schema("requests").empty_table()).schema
+    return df.with_columns(
+        [pl.lit(None, dtype).alias(name) for name, dtype in full.items() if name not in df.columns]
     )
 
 
