@@ -59,7 +59,9 @@ def main() -> None:
     t3 = time.perf_counter()
     size = r.path.stat().st_size
     print(f"rows {args.rows:,} · warehouse build {t1 - t0:.1f} s")
-    print(f"report (all data): {t2 - t1:.1f} s · {size / 1e6:.2f} MB · {r.summary['charts']} charts")
+    print(
+        f"report (all data): {t2 - t1:.1f} s · {size / 1e6:.2f} MB · {r.summary['charts']} charts"
+    )
     print(
         f"report (last 6 h vs the 6 h before): {t3 - t2:.1f} s · "
         f"{r2.path.stat().st_size / 1e6:.2f} MB · "

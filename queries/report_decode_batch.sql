@@ -1,11 +1,11 @@
 -- description: TPOT (s/token) by decode batch size, estimated from the logs, by model x GPU x GPU count x dtypes
+-- param bin_s: 1.0 (time resolution of the batch estimate, seconds)
 -- The batch a request saw is estimated as the number of requests decoding on the same server
--- (same run when clocks are relative) when it started and when it finished decoding, averaged.
+-- (same run when clocks are relative) at the end of the bin_s-second bin in which it started
+-- decoding, itself included: requests started minus requests finished up to that bin.
 -- Buckets are half-octaves of that batch (1, 1.4, 2, 2.8, 4, ...). Context = prompt + output / 2.
 WITH ok AS (
     SELECT
-        run_id,
-        request_id,
         CASE WHEN clock = 'unix' THEN '' ELSE run_id END AS clock_domain,
         coalesce(server, '?') AS server,
         coalesce(model, '?') AS model,
@@ -13,46 +13,49 @@ WITH ok AS (
         coalesce(gpu_count, 1) AS gpu_count,
         coalesce(weight_dtype, 'bf16') AS weight_dtype,
         coalesce(kv_dtype, 'bf16') AS kv_dtype,
-        t_arrival + ttft_s AS t_first,
-        t_arrival + e2e_s AS t_finish,
+        CAST(floor((t_arrival + ttft_s) / $bin_s) AS BIGINT) AS bin_first,
+        CAST(floor((t_arrival + e2e_s) / $bin_s) AS BIGINT) AS bin_finish,
         tpot_s,
         prompt_tokens + output_tokens / 2.0 AS context_tokens
     FROM requests
     WHERE status = 'ok' AND tpot_s IS NOT NULL AND ttft_s IS NOT NULL AND e2e_s IS NOT NULL
 ),
-events AS (
-    SELECT run_id, request_id, clock_domain, server, t_first AS t, 1 AS delta FROM ok
+changes AS (
+    SELECT clock_domain, server, bin_first AS bin, count(*) AS delta
+    FROM ok
+    GROUP BY clock_domain, server, bin_first
     UNION ALL
-    SELECT run_id, request_id, clock_domain, server, t_finish AS t, -1 AS delta FROM ok
+    SELECT clock_domain, server, bin_finish AS bin, -count(*) AS delta
+    FROM ok
+    GROUP BY clock_domain, server, bin_finish
+),
+per_bin AS (
+    SELECT clock_domain, server, bin, sum(delta) AS delta
+    FROM changes
+    GROUP BY clock_domain, server, bin
 ),
 running AS (
     SELECT
-        run_id,
-        request_id,
-        delta,
+        clock_domain,
+        server,
+        bin,
         sum(delta) OVER (
             PARTITION BY clock_domain, server
-            ORDER BY t, delta
+            ORDER BY bin
             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
         ) AS decoding
-    FROM events
-),
-per_request AS (
-    SELECT
-        run_id,
-        request_id,
-        (sum(CASE WHEN delta = 1 THEN decoding ELSE 0 END)
-            + sum(CASE WHEN delta = -1 THEN decoding + 1 ELSE 0 END)) / 2.0 AS batch
-    FROM running
-    GROUP BY run_id, request_id
+    FROM per_bin
 ),
 bucketed AS (
     SELECT
         ok.*,
-        pr.batch,
-        floor(2 * ln(greatest(pr.batch, 1)) / ln(2)) AS bucket
+        greatest(running.decoding, 1) AS batch,
+        floor(2 * ln(greatest(running.decoding, 1)) / ln(2)) AS bucket
     FROM ok
-    JOIN per_request AS pr ON pr.run_id = ok.run_id AND pr.request_id = ok.request_id
+    JOIN running
+        ON running.clock_domain = ok.clock_domain
+        AND running.server = ok.server
+        AND running.bin = ok.bin_first
 )
 SELECT
     model,

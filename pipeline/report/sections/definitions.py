@@ -18,7 +18,10 @@ TERMS = (
     ("Goodput", "requests per second of run time that met both the TTFT and the TPOT objective."),
     ("MFU / MBU", "achieved FLOP/s or HBM bytes/s per GPU ÷ the catalog's dense peak."),
     ("Roofline", "min(peak FLOP/s, arithmetic intensity × peak HBM bandwidth)."),
-    ("Decode batch", "requests decoding on the same server at the same time, estimated from logs."),
+    (
+        "Decode batch",
+        "requests decoding on the same server in the second a request began decoding.",
+    ),
 )
 
 
