@@ -14,7 +14,6 @@ import numpy as np
 import polars as pl
 
 from pipeline.catalog import GPU, Model
-from pipeline.physics import StepCost, StepWork, critical_batch
 from pipeline.fit.model import (
     ParamFit,
     efficiency_interval,
@@ -23,6 +22,7 @@ from pipeline.fit.model import (
     predict,
     r_squared,
 )
+from pipeline.physics import StepCost, StepWork, critical_batch
 
 PHASES = ("prefill", "decode")
 HOLDOUT_EVERY = 5  # every 5th observation (by a fixed hash) is held out: a 20 % test split
@@ -183,7 +183,13 @@ def _phase_record(
         "seq_overhead": (max(pf.low[3], 0.0), pf.high[3]),
     }
     names = ("mfu", "mbu", "step_overhead", "seq_overhead")
-    source = {n: ("fit" if ident else "unidentified") for n, ident in zip(names, pf.identified)}
+    source = {
+        n: ("fit" if ident else "unidentified")
+        for n, ident in zip(names, pf.identified, strict=False)
+    }
+    for name, cap in zip(("mfu", "mbu"), pf.at_cap, strict=False):
+        if cap:
+            source[name] = "at cap"
     for name, pname in (("mfu", "inv_mfu"), ("mbu", "inv_mbu")):
         if pname in pf.fixed:
             source[name] = "other phase"

@@ -30,7 +30,7 @@ _KEY_NAMES = GroupKey._fields
 
 def groups(con: duckdb.DuckDBPyConnection) -> list[tuple[GroupKey, int]]:
     """Groups with a model and GPU, and their successful-request counts."""
-    cols = ", ".join(f"{c} AS {n}" for c, n in zip(KEY_SQL, _KEY_NAMES))
+    cols = ", ".join(f"{c} AS {n}" for c, n in zip(KEY_SQL, _KEY_NAMES, strict=False))
     rows = con.execute(
         f"""SELECT {cols}, count(*) AS n FROM requests
         WHERE status = 'ok' AND model IS NOT NULL AND gpu IS NOT NULL
@@ -41,7 +41,7 @@ def groups(con: duckdb.DuckDBPyConnection) -> list[tuple[GroupKey, int]]:
 
 def _where(key: GroupKey) -> tuple[str, dict[str, Any]]:
     parts, params = [], {}
-    for i, (sql, value) in enumerate(zip(KEY_SQL, key)):
+    for i, (sql, value) in enumerate(zip(KEY_SQL, key, strict=False)):
         parts.append(f"{sql} IS NOT DISTINCT FROM $k{i}")
         params[f"k{i}"] = value
     return " AND ".join(parts), params
@@ -72,7 +72,10 @@ def _load(con: duckdb.DuckDBPyConnection, key: GroupKey, limit: int) -> pl.DataF
 
 
 def _tokens(con: duckdb.DuckDBPyConnection, reqs: pl.DataFrame) -> pl.DataFrame:
-    con.register("_fit_reqs", reqs.select("run_id", "request_id", "rid", "t_arrival", "prompt_tokens").to_arrow())
+    con.register(
+        "_fit_reqs",
+        reqs.select("run_id", "request_id", "rid", "t_arrival", "prompt_tokens").to_arrow(),
+    )
     try:
         rel = con.sql(
             """
@@ -109,7 +112,8 @@ def fit_group(
     cost = unit_cost(model, gpu, key.gpu_count, key.weight_dtype, key.kv_dtype, key.attention)
     reqs = _load(con, key, limit).with_row_index("rid")
     queue_known = reqs["queue_s"].null_count() < reqs.height
-    use_tokens = int((reqs["n_emissions"] > 0).sum()) == reqs.height
+    # One emission per output token: each emission is one step (streamed chunks are not).
+    use_tokens = bool((reqs["n_emissions"] == reqs["output_tokens"]).all())
     toks = _tokens(con, reqs) if use_tokens else None
     if toks is not None and toks.height and int(toks["n_tokens"].max()) > 1:
         toks, use_tokens = None, False  # streamed chunks of several tokens: not one per step
@@ -117,7 +121,7 @@ def fit_group(
     chunked = bool(key.chunked_prefill) if key.chunked_prefill is not None else True
     pre_parts, dec_parts = [], []
     method = "tokens" if use_tokens else "requests"
-    for (domain,), f in reqs.group_by("domain", maintain_order=True):
+    for (_domain,), f in reqs.group_by("domain", maintain_order=True):
         origin = float(f["t_arrival"].min())  # type: ignore[arg-type]
         r = _requests(f, queue_known, origin)
         if use_tokens and toks is not None:
@@ -147,12 +151,12 @@ def fit_group(
     return fit_observations(key, model, gpu, pre, dec, extra)
 
 
-def fit_all(con: duckdb.DuckDBPyConnection, limit: int = MAX_REQUESTS) -> tuple[
-    list[FittedModel], list[tuple[GroupKey, str]]
-]:
+def fit_all(
+    con: duckdb.DuckDBPyConnection, limit: int = MAX_REQUESTS
+) -> tuple[list[FittedModel], list[tuple[GroupKey, str]]]:
     """Fit every group; returns the fits and (group, reason) for those skipped."""
     fits, skipped = [], []
-    for key, n in groups(con):
+    for key, _n in groups(con):
         try:
             fits.append(fit_group(con, key, limit))
         except catalog.UnknownName as exc:

@@ -92,7 +92,7 @@ def steps_from_tokens(
     extra = r.sched[_nearest(c_time, r.sched) < 0] if n_c else r.sched
     extra = np.unique(extra)
     if len(extra):
-        eid, estart = _cluster(extra)
+        _eid, estart = _cluster(extra)
         extra = extra[estart]
     bt = np.concatenate([c_time, extra])
     is_emit = np.concatenate([np.ones(n_c, bool), np.zeros(len(extra), bool)])
@@ -156,24 +156,28 @@ def steps_from_requests(r: Requests, *, chunked: bool, budget: float | None) -> 
 
     def inflight(t: np.ndarray, name: str) -> np.ndarray:
         a, b = sums[name]
-        return a[np.searchsorted(f_s, t + TOL, "right")] - b[np.searchsorted(fin_s, t + TOL, "right")]
+        return (
+            a[np.searchsorted(f_s, t + TOL, "right")] - b[np.searchsorted(fin_s, t + TOL, "right")]
+        )
 
     # Requests scheduled together form one step; all must complete together, nobody else
     # prefilling across it.
     key_s = np.round(r.sched / TOL).astype(np.int64)
-    frame = pl.DataFrame(
-        {"ks": key_s, "sched": r.sched, "first": r.first, **_prefill_work(r)}
+    frame = pl.DataFrame({"ks": key_s, "sched": r.sched, "first": r.first, **_prefill_work(r)})
+    g = (
+        frame.group_by("ks")
+        .agg(
+            pl.col("sched").min().alias("start"),
+            pl.col("first").min().alias("end"),
+            (pl.col("first").max() - pl.col("first").min()).alias("spread"),
+            pl.len().alias("prefills"),
+            pl.col("T").sum(),
+            pl.col("pairs").sum(),
+            pl.col("kv").sum(),
+            pl.col("score").sum(),
+        )
+        .filter(pl.col("spread") <= TOL, pl.col("end") > pl.col("start"))
     )
-    g = frame.group_by("ks").agg(
-        pl.col("sched").min().alias("start"),
-        pl.col("first").min().alias("end"),
-        (pl.col("first").max() - pl.col("first").min()).alias("spread"),
-        pl.len().alias("prefills"),
-        pl.col("T").sum(),
-        pl.col("pairs").sum(),
-        pl.col("kv").sum(),
-        pl.col("score").sum(),
-    ).filter(pl.col("spread") <= TOL, pl.col("end") > pl.col("start"))
     start = g["start"].to_numpy()
     end = g["end"].to_numpy()
     # Others prefilling across this step (scheduled before it, first token after its start).
@@ -187,7 +191,7 @@ def steps_from_requests(r: Requests, *, chunked: bool, budget: float | None) -> 
     T = g["T"].to_numpy()
     ok = others <= 0
     if chunked and budget is not None:
-        ok &= (B + T) <= budget
+        ok &= budget >= (B + T)
     del n
     return pl.DataFrame(
         {
@@ -226,9 +230,10 @@ def decode_windows(r: Requests, cost: StepCost, prefill_steps: pl.DataFrame) -> 
     idx_e = np.searchsorted(ev, r.finish)
 
     def delta(weights: np.ndarray) -> np.ndarray:
-        return np.bincount(idx_f[dec], weights=weights[dec], minlength=m + 1)[:m] - np.bincount(
-            idx_e[dec], weights=weights[dec], minlength=m + 1
-        )[:m]
+        return (
+            np.bincount(idx_f[dec], weights=weights[dec], minlength=m + 1)[:m]
+            - np.bincount(idx_e[dec], weights=weights[dec], minlength=m + 1)[:m]
+        )
 
     inv = np.where(dec, 1.0 / np.where(dec, tpot, 1.0), 0.0)
     B = np.cumsum(delta(np.ones(len(dec))))  # decoders on [ev_i, ev_{i+1})
@@ -246,7 +251,9 @@ def decode_windows(r: Requests, cost: StepCost, prefill_steps: pl.DataFrame) -> 
     cum = {
         "time": np.concatenate([[0.0], np.cumsum(dt)]),
         "B": np.concatenate([[0.0], np.cumsum(B * dt)]),
-        "C": np.concatenate([[0.0], np.cumsum(dec_only * (A * (t1 - t0) + S * (t1**2 - t0**2) / 2))]),
+        "C": np.concatenate(
+            [[0.0], np.cumsum(dec_only * (A * (t1 - t0) + S * (t1**2 - t0**2) / 2))]
+        ),
     }
     # Prefill steps per event index (counted at their end).
     pf_n = np.bincount(i_pe, minlength=m + 1)[:m].astype(np.float64)

@@ -64,6 +64,10 @@ SCHEMA: dict[str, pl.DataType] = {
     "kv_s_per_token": pl.Float64(),
     "compute_s_per_seq": pl.Float64(),
     "weights_s": pl.Float64(),
+    "roof_s_per_token": pl.Float64(),
+    "roof_s_per_pair": pl.Float64(),
+    "roof_weights_s": pl.Float64(),
+    "roof_kv_s_per_token": pl.Float64(),
     "critical_batch_roofline": pl.Float64(),
     "critical_batch_fitted": pl.Float64(),
     "max_batch_seen": pl.Float64(),
@@ -102,6 +106,10 @@ def _row(fm: FittedModel, p: PhaseFit) -> dict[str, Any]:
         "kv_s_per_token": kv_bytes_per_token(m, k.kv_dtype) / bw,
         "compute_s_per_seq": 2.0 * m.active_params / peak,
         "weights_s": m.params * dtype_bytes(k.weight_dtype) / bw,
+        "roof_s_per_token": 2.0 * m.active_params / (peak / p.mfu),
+        "roof_s_per_pair": 4.0 * m.layers * m.attn_dim / (peak / p.mfu),
+        "roof_weights_s": m.params * dtype_bytes(k.weight_dtype) / (bw / p.mbu),
+        "roof_kv_s_per_token": kv_bytes_per_token(m, k.kv_dtype) / (bw / p.mbu),
         "critical_batch_roofline": roof,
         "critical_batch_fitted": _nan(fitted),
         "max_batch_seen": fm.extra.get("max_batch_seen"),
@@ -170,7 +178,9 @@ def from_frame(df: pl.DataFrame) -> dict[GroupKey, FittedModel]:
     return out
 
 
-def load(layout: Layout, con: duckdb.DuckDBPyConnection | None = None) -> dict[GroupKey, FittedModel]:
+def load(
+    layout: Layout, con: duckdb.DuckDBPyConnection | None = None
+) -> dict[GroupKey, FittedModel]:
     """The fitted models in the warehouse (empty when ``pipeline fit`` has not run)."""
     con = con or connect(layout)
     names = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
