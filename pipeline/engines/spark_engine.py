@@ -36,7 +36,7 @@ from pipeline.engines.translate import TranslationError, to_spark
 from pipeline.schema.tables import PARTITIONED, TABLES, arrow_schema
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.views import _EXTRA as COMPUTED_COLUMNS
-from pipeline.warehouse.views import derived_tables
+from pipeline.warehouse.views import TOKENS_SQL_SPARK, derived_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -174,6 +174,8 @@ class SparkEngine(Engine):
             select = f"SELECT *, {extra} FROM {base}" if extra else f"SELECT * FROM {base}"
             self.spark.sql(to_spark(select)).createOrReplaceTempView(table)
             self._views.append(table)
+        self.spark.sql(TOKENS_SQL_SPARK).createOrReplaceTempView("tokens")
+        self._views.append("tokens")
         for name, paths in self._derived().items():
             self.spark.read.parquet(*paths).createOrReplaceTempView(name)
             self._views.append(name)

@@ -302,10 +302,9 @@ class Ingestor:
             c["duplicates"] += dups
             v = validate(req, fmt, source, getattr(self._reader, "required_fields", ()))
             staged.add("requests", v.requests)
-            staged.add("tokens", v.tokens)
             staged.add("quarantine", _quarantine_frame(v.rejected, source, fmt, sha))
             c["ingested"] += v.requests.height
-            c["tokens"] += v.tokens.height
+            c["tokens"] += v.emissions
             c["quarantined"] += v.rejected.height
             self.on_batch(req.height)
         if out.arrivals is not None and out.arrivals.height:

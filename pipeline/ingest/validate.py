@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from pipeline.schema.record import RequestRecord
-from pipeline.schema.tables import REQUESTS, TOKENS
+from pipeline.schema.tables import REQUESTS
 
 STATUSES = ("ok", "error", "cancelled")
 CLOCKS = ("unix", "relative")
@@ -28,7 +28,7 @@ _DEFAULTS = {
 @dataclass
 class Validated:
     requests: pl.DataFrame  # REQUESTS columns + day
-    tokens: pl.DataFrame  # TOKENS columns + day
+    emissions: int  # rows these requests give the `tokens` view
     rejected: pl.DataFrame  # line, reason, raw
 
 
@@ -138,32 +138,6 @@ def _derive(df: pl.DataFrame, source_format: str, source_file: str) -> pl.DataFr
     return out
 
 
-def _token_rows(df: pl.DataFrame) -> pl.DataFrame:
-    c = pl.col
-    n = c("token_times").list.len()
-    # Chunk sizes: as logged; else 1 each when emissions == output tokens; else unknown (null).
-    counts = (
-        pl.when(c("token_counts").is_not_null())
-        .then(c("token_counts"))
-        .when(n == c("output_tokens"))
-        .then(pl.lit(1, dtype=pl.Int64).repeat_by(n))
-        .otherwise(pl.lit(None, dtype=pl.Int64).repeat_by(n))
-    )
-    tok = df.filter(c("token_times").is_not_null() & (n > 0)).select(
-        "request_id",
-        "run_id",
-        "day",
-        token_index=pl.int_ranges(0, n, dtype=pl.Int32),
-        t_s=c("token_times"),
-        n_tokens=counts,
-        gap_s=c("token_times").list.diff(),
-    )
-    tok = tok.explode(["token_index", "t_s", "n_tokens", "gap_s"])
-    return tok.select(
-        [pl.col(col.name).cast(_pl(col.name, TOKENS)) for col in TOKENS] + [pl.col("day")]
-    )
-
-
 def _pl(name: str, table: tuple) -> pl.DataType:
     from pipeline.warehouse.arrow import polars_dtype
 
@@ -195,4 +169,5 @@ def validate(
     requests = derived.select(
         [pl.col(col.name).cast(_pl(col.name, REQUESTS)) for col in REQUESTS] + [pl.col("day")]
     )
-    return Validated(requests=requests, tokens=_token_rows(derived), rejected=rejected)
+    emissions = int(requests["n_emissions"].sum() or 0)
+    return Validated(requests=requests, emissions=emissions, rejected=rejected)

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from pipeline.schema.record import EXAMPLE_RECORD, RequestRecord
-from pipeline.schema.tables import PARTITIONED, TABLES, describe
+from pipeline.schema.tables import PARTITIONED, TABLES, VIEWS, describe
 
 
 def exported() -> dict[str, str]:
@@ -18,8 +18,12 @@ def exported() -> dict[str, str]:
     record["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     record["examples"] = [EXAMPLE_RECORD]
     tables = {
-        name: {"partitioned_by": ["day"] if name in PARTITIONED else [], "columns": describe(name)}
-        for name in TABLES
+        name: {
+            "kind": "view" if name in VIEWS else "table",
+            "partitioned_by": ["day"] if name in PARTITIONED else [],
+            "columns": describe(name),
+        }
+        for name in [*TABLES, *VIEWS]
     }
     return {
         "request-record.schema.json": json.dumps(record, indent=2, sort_keys=True) + "\n",

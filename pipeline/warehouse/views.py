@@ -12,13 +12,54 @@ from pathlib import Path
 
 import duckdb
 
-from pipeline.schema.tables import PARTITIONED, TABLES, arrow_schema
+from pipeline.schema.tables import PARTITIONED, TABLES, VIEWS, arrow_schema
 from pipeline.warehouse.layout import Layout
 
 # Views computed on top of a stored table: the column list is the table's plus these.
 _EXTRA = {
-    "requests": ("t_arrival - min(t_arrival) OVER (PARTITION BY run_id) AS arrival_s"),
+    "requests": "t_arrival - min(t_arrival) OVER (PARTITION BY run_id) AS arrival_s",
 }
+
+# The tokens view (columns: schema.tables.TOKENS + day), one row per emission. Chunk sizes: as
+# logged; else one token each when there are as many emissions as output tokens; else unknown.
+TOKENS_SQL = """
+SELECT
+    request_id,
+    run_id,
+    CAST(i - 1 AS INTEGER) AS token_index,
+    token_times[i] AS t_s,
+    CAST(CASE
+        WHEN token_counts IS NOT NULL THEN token_counts[i]
+        WHEN len(token_times) = output_tokens THEN 1
+    END AS INTEGER) AS n_tokens,
+    CASE WHEN i > 1 THEN token_times[i] - token_times[i - 1] END AS gap_s,
+    day
+FROM (
+    SELECT
+        request_id, run_id, token_times, token_counts, output_tokens, day,
+        generate_subscripts(token_times, 1) AS i
+    FROM _requests_base
+    WHERE token_times IS NOT NULL
+) AS e
+"""
+
+# The same view for Spark SQL (0-based arrays, posexplode). Views are the one place where each
+# engine gets its own text: named queries in queries/ are translated, never duplicated.
+TOKENS_SQL_SPARK = """
+SELECT
+    request_id,
+    run_id,
+    CAST(pos AS INT) AS token_index,
+    t AS t_s,
+    CAST(CASE
+        WHEN token_counts IS NOT NULL THEN token_counts[pos]
+        WHEN size(token_times) = output_tokens THEN 1
+    END AS INT) AS n_tokens,
+    CASE WHEN pos > 0 THEN t - token_times[pos - 1] END AS gap_s,
+    day
+FROM _requests_base
+LATERAL VIEW posexplode(token_times) e AS pos, t
+"""
 
 
 def _scan(files: list[Path], partitioned: bool) -> str:
@@ -44,6 +85,7 @@ def connect(layout: Layout, database: str = ":memory:") -> duckdb.DuckDBPyConnec
         extra = _EXTRA.get(table)
         select = f"SELECT *, {extra} FROM {base}" if extra else f"SELECT * FROM {base}"
         con.execute(f"CREATE VIEW {table} AS {select}")
+    con.execute(f"CREATE VIEW tokens AS {TOKENS_SQL}")
     for name, files in derived_tables(layout).items():
         con.execute(f"CREATE VIEW {name} AS SELECT * FROM {_scan(files, False)}")
     return con
@@ -55,7 +97,7 @@ def derived_tables(layout: Layout) -> dict[str, list[Path]]:
     if not layout.root.exists():
         return out
     for d in sorted(layout.root.iterdir()):
-        if d.is_dir() and not d.name.startswith(("_", ".")) and d.name not in TABLES:
+        if d.is_dir() and not d.name.startswith(("_", ".")) and d.name not in TABLES | VIEWS:
             files = sorted(d.glob("*.parquet"))
             if files and d.name.isidentifier():
                 out[d.name] = files
