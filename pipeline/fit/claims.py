@@ -23,6 +23,7 @@ from pipeline.physics import compute_dtype_for, critical_batch
 SUPPORTED, CONTRADICTED, UNKNOWN = "supported", "contradicted", "not enough data"
 N_BOOT = 300
 MIN_N = 30  # requests per arm below which a comparison is 'not enough data'
+LIGHT_QUANTILE = 0.2  # prefill-based checks use requests arriving at the lightest 20 % of load
 MAX_ROWS = 300_000  # requests read (whole time windows, earliest first)
 COLUMNS = ("claim", "verdict", "estimate", "ci_low", "ci_high", "unit", "n", "detail")
 
@@ -82,7 +83,7 @@ def load_requests(con: duckdb.DuckDBPyConnection, limit: int = MAX_ROWS) -> pl.D
             model, gpu, coalesce(gpu_count, 1) AS gpu_count,
             coalesce(weight_dtype, 'bf16') AS weight_dtype,
             CASE WHEN clock = 'unix' THEN '' ELSE run_id END || '|' || coalesce(server, '?')
-                AS domain,
+                || '|' || model || '|' || gpu AS domain,
             prompt_tokens, output_tokens, t_arrival, queue_s, prefill_s, ttft_s, tpot_s, e2e_s
         FROM requests
         WHERE status = 'ok' AND ttft_s IS NOT NULL AND model IS NOT NULL AND gpu IS NOT NULL
@@ -114,6 +115,13 @@ def _prefill_time(df: pl.DataFrame) -> pl.Expr:
     return pl.coalesce("prefill_s", "ttft_s")
 
 
+def _light(df: pl.DataFrame) -> pl.DataFrame:
+    """Requests that arrived in the lightest fifth of their deployment's load: their prefill
+    shares the engine least with others, so prefill-time comparisons see the prefill itself."""
+    keys = ["model", "gpu", "gpu_count", "weight_dtype"]
+    return df.filter(pl.col("load") <= pl.col("load").quantile(LIGHT_QUANTILE).over(keys))
+
+
 def _peak(gpu: str, weight_dtype: str) -> float:
     g = catalog.gpu(gpu)
     return g.peak_flops(compute_dtype_for(g, weight_dtype))
@@ -121,6 +129,7 @@ def _peak(gpu: str, weight_dtype: str) -> float:
 
 def claim_model_size(df: pl.DataFrame) -> dict[str, Any]:
     unit = "log-log slope of prefill time per token (x GPU FLOP/s) on active params"
+    df = _light(df)
     f = df.filter(pl.col("prompt_tokens") >= 256).with_columns(
         per_tok=_prefill_time(df) / pl.col("prompt_tokens")
     )
@@ -148,7 +157,8 @@ def claim_model_size(df: pl.DataFrame) -> dict[str, Any]:
 
 
 def claim_input_length(df: pl.DataFrame) -> dict[str, Any]:
-    unit = "ratio of median prefill time, 2048 vs 512 prompt tokens"
+    unit = "ratio of median prefill time, 2048 vs 512 prompt tokens (light load)"
+    df = _light(df)
     f = df.with_columns(t=_prefill_time(df))
     # The largest deployment with both prompt bands decides (no mixing of GPUs or models).
     best = None
@@ -192,6 +202,7 @@ def claim_load(df: pl.DataFrame) -> dict[str, Any]:
 
 def claim_gpu(df: pl.DataFrame) -> dict[str, Any]:
     unit = "ratio of median prefill time per token, lower-peak GPU / higher-peak GPU"
+    df = _light(df)
     f = df.filter(pl.col("prompt_tokens") >= 256).with_columns(
         per_tok=_prefill_time(df) / pl.col("prompt_tokens")
     )
@@ -278,6 +289,7 @@ def claim_quant_ceiling(df: pl.DataFrame) -> dict[str, Any]:
     if not pairs:
         return _none(CLAIM_QUANT_CEILING, unit, 0, "needs one model x GPU with bf16 and int8/fp8")
     model, gpu, _, q, base, quant = max(pairs, key=lambda p: p[4].height + p[5].height)
+    base, quant = _light(base), _light(quant)
 
     def per_tok(f: pl.DataFrame) -> np.ndarray:
         f = f.filter(pl.col("prompt_tokens") >= 1024)
