@@ -8,7 +8,9 @@ One JSON object per run (``--save-result``), several concatenated ones (``--appe
 
 from __future__ import annotations
 
+import io
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,19 @@ SETUP_KEYS = frozenset(
 )
 _METRIC_HINTS = ('"mean_ttft_ms"', '"median_ttft_ms"', '"ttfts"', '"request_throughput"')
 
+# Columnar fast path: files at least this large (decompressed) have their numeric per-request
+# arrays parsed by Polars straight into columns instead of into Python lists.
+COLUMNAR_MIN_BYTES = 32 * 1024 * 1024
+NUMERIC_ARRAYS = ("input_lens", "output_lens", "ttfts", "start_times", "latencies", "queue_times")
+_ARRAY_START = re.compile(
+    rb'"(' + b"|".join(k.encode() for k in (*NUMERIC_ARRAYS, "itls")) + rb')"\s*:\s*\['
+)
+_NESTED_END = re.compile(rb"\]\s*\]")
+# Bytes a JSON array of numbers (or of lists of numbers, or nulls) can consist of; anything else
+# (strings, true/false, objects) sends the file down the JSON path, which handles odd types.
+_NUMERIC_BYTES = b"0123456789.eE+-,[] \t\r\nnul"
+_SPAN = "\x00vllm_bench-array:"
+
 
 def run_ids(ctx: ReadContext, n: int) -> list[str]:
     """One run: the file's run id; several: ``<id>#<k>`` (k = 1-based run in the file)."""
@@ -89,12 +104,21 @@ def split_run(obj: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return meta, metrics
 
 
+def _is_array(v: object) -> bool:
+    """A per-request array: a Python list (JSON parse) or a Series (columnar fast path)."""
+    return isinstance(v, list | pl.Series)
+
+
 def per_request_arrays(
     obj: dict[str, Any], run_id: str, model: str | None, engine: str | None
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Canonical rows (and quarantine) from vLLM/SGLang parallel per-request arrays."""
+    """Canonical rows (and quarantine) from vLLM/SGLang parallel per-request arrays.
+
+    An array is a Python list (from ``json``) or an already parsed Series (columnar fast path);
+    both become one frame and go through :func:`requests_from_arrays`.
+    """
     lists = {k: obj.get(k) for k in ARRAY_KEYS}
-    n = max((len(v) for v in lists.values() if isinstance(v, list)), default=0)
+    n = max((len(v) for v in lists.values() if _is_array(v)), default=0)
     if n == 0:
         return empty_requests(), c.empty_quarantine()
 
@@ -102,20 +126,52 @@ def per_request_arrays(
         v = v if isinstance(v, list) else []
         return v + [None] * (n - len(v))
 
-    have_start = isinstance(lists["start_times"], list)
-    have_lat = isinstance(lists["latencies"], list)
-    errs = pad(lists["errors"])
+    def column(key: str, name: str, nested: bool = False) -> pl.Series:
+        v = lists[key]
+        if isinstance(v, pl.Series):
+            return v.alias(name).extend_constant(None, n - v.len())
+        return (c.float_list_series if nested else c.float_series)(pad(v), name)
+
     df = pl.DataFrame(
         [
-            c.float_series(pad(lists["input_lens"]), "in"),
-            c.float_series(pad(lists["output_lens"]), "out"),
-            c.float_series(pad(lists["ttfts"]), "ttft"),
-            c.float_list_series(pad(lists["itls"]), "itl"),
-            c.float_series(pad(lists["start_times"]), "start"),
-            c.float_series(pad(lists["latencies"]), "lat"),
-            *_error_series(errs),
+            column("input_lens", "in"),
+            column("output_lens", "out"),
+            column("ttfts", "ttft"),
+            column("itls", "itl", nested=True),
+            column("start_times", "start"),
+            column("latencies", "lat"),
+            *_error_series(pad(lists["errors"])),
         ]
-    ).with_columns(pl.int_range(1, n + 1).cast(pl.Int64, strict=False).alias("_line"))
+    )
+    return requests_from_arrays(
+        df,
+        run_id,
+        model,
+        engine,
+        have_start=_is_array(lists["start_times"]),
+        have_lat=_is_array(lists["latencies"]),
+        have_itls=_is_array(lists["itls"]),
+    )
+
+
+def requests_from_arrays(
+    df: pl.DataFrame,
+    run_id: str,
+    model: str | None,
+    engine: str | None,
+    *,
+    have_start: bool,
+    have_lat: bool,
+    have_itls: bool,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Validate and convert one run's per-request columns into canonical rows and quarantine.
+
+    ``df`` has one row per array index and the columns ``in``, ``out``, ``ttft``, ``start``,
+    ``lat`` (Float64), ``itl`` (List(Float64)), ``err`` (Utf8) and ``err_bad`` (Boolean: the
+    ``errors`` entry is not a string); ``have_*`` say whether the file had that array at all.
+    """
+    n = df.height
+    df = df.with_columns(pl.int_range(1, n + 1).cast(pl.Int64, strict=False).alias("_line"))
     is_err = pl.col("err").fill_null("").str.len_chars() > 0
     df = df.with_columns(
         pl.struct(
@@ -141,7 +197,7 @@ def per_request_arrays(
             "ttfts entry of a successful request is missing or not a number",
         ),
         (
-            ~pl.col("_is_err") & pl.col("itl").is_null() & pl.lit(isinstance(lists["itls"], list)),
+            ~pl.col("_is_err") & pl.col("itl").is_null() & pl.lit(have_itls),
             "itls entry is not a list of numbers",
         ),
         (pl.col("err_bad"), "errors entry is not a string"),
@@ -215,6 +271,81 @@ def _request_rate(v: object) -> float | None:
     return f if f is None or not math.isnan(f) else None
 
 
+def columnar_documents(data: bytes) -> list[tuple[int, Any, str | None]] | None:
+    """The file's JSON documents like :func:`c.iter_json_documents`, numeric arrays as Series.
+
+    The large numeric arrays (``itls``, ``ttfts``, ...) are cut out of the text by byte offsets and
+    parsed by Polars (``itls`` as JSON lines, one per request, so the parse is parallel and its
+    memory bounded); the small rest (metadata, ``errors``, ``generated_texts``) is parsed by
+    Python's ``json`` exactly as on the JSON path, with each cut array replaced by a placeholder
+    string (and as many newlines, so line numbers do not move). None when anything is unusual
+    (odd bytes in an array, an array that is not where a top-level one should be, a Polars parse
+    error): the caller then takes the JSON path, so results on bad input do not change.
+    """
+    spans: list[tuple[int, int, bool]] = []  # (start of "[", end after "]", nested)
+    pos = 0
+    while m := _ARRAY_START.search(data, pos):
+        if m.start() and data[m.start() - 1 : m.start()] == b"\\":
+            return None  # inside an escaped string: leave such files to the JSON path
+        nested = m.group(1) == b"itls"
+        begin = m.end() - 1
+        if nested:
+            end_m = _NESTED_END.search(data, begin)
+            end = end_m.end() if end_m else -1
+        else:
+            end = data.find(b"]", begin) + 1
+        if end <= 0:
+            return None  # truncated
+        spans.append((begin, end, nested))
+        pos = end
+    if not spans:
+        return None
+    pieces: list[bytes] = []
+    parsed: dict[str, pl.Series] = {}
+    prev = 0
+    try:
+        for i, (begin, end, nested) in enumerate(spans):
+            chunk = data[begin:end]
+            if chunk.translate(None, _NUMERIC_BYTES):
+                return None
+            parsed[f"{_SPAN}{i}"] = _parse_numeric_array(chunk, nested)
+            pieces += [data[prev:begin], f'"\\u0000vllm_bench-array:{i}"'.encode()]
+            pieces.append(b"\n" * chunk.count(b"\n"))
+            prev = end
+            del chunk
+    except Exception:  # error path: Polars rejects the array (bad number, bad nesting)
+        return None
+    pieces.append(data[prev:])
+    docs = list(c.iter_json_documents(c.decode_text(b"".join(pieces))))
+    used = 0
+    for _, obj, err in docs:
+        if err is None and isinstance(obj, dict):
+            for k, v in obj.items():
+                if isinstance(v, str) and v in parsed:
+                    if k not in ARRAY_KEYS or (k == "itls") != (parsed[v].dtype != pl.Float64):
+                        return None
+                    obj[k] = parsed[v]
+                    used += 1
+    if used != len(spans):
+        return None  # an array sat in a nested object or a duplicated key: JSON path
+    return docs
+
+
+def _parse_numeric_array(chunk: bytes, nested: bool) -> pl.Series:
+    """A JSON array of numbers as Float64, or of lists of numbers as List(Float64)."""
+    if not nested:
+        doc = b'{"v":' + chunk + b"}"
+        return pl.read_json(io.BytesIO(doc), schema={"v": pl.List(pl.Float64)})["v"][0]
+    body = chunk[1:-1].strip()
+    if not body:
+        return pl.Series("v", [], dtype=pl.List(pl.Float64))
+    if b"\n" in body or b"\r" in body:
+        body = body.replace(b"\r", b" ").replace(b"\n", b" ")
+    lines = b'{"v":' + body.replace(b"],", b']}\n{"v":') + b"}"
+    del body
+    return pl.read_ndjson(io.BytesIO(lines), schema={"v": pl.List(pl.Float64)})["v"]
+
+
 class VllmBenchReader:
     name = "vllm_bench"
     description = (
@@ -239,8 +370,11 @@ class VllmBenchReader:
         return '"model_id"' in text and any(h in text for h in _METRIC_HINTS)
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
-        text = c.decode_text(c.read_all(ctx))
-        docs = list(c.iter_json_documents(text))
+        data = c.read_all(ctx)
+        docs = columnar_documents(data) if len(data) >= COLUMNAR_MIN_BYTES else None
+        if docs is None:
+            docs = list(c.iter_json_documents(c.decode_text(data)))
+        del data
         if not docs:
             raise InputError("file is empty")
         good = [(line, obj) for line, obj, err in docs if err is None and isinstance(obj, dict)]
@@ -262,7 +396,7 @@ class VllmBenchReader:
             backend = obj.get("backend") if isinstance(obj.get("backend"), str) else None
             meta["source_line"] = line
             meta["per_request_arrays"] = sorted(k for k in ARRAY_KEYS if k in obj)
-            meta["arrival_times_known"] = isinstance(obj.get("start_times"), list)
+            meta["arrival_times_known"] = _is_array(obj.get("start_times"))
             runs.append(
                 {
                     "run_id": run_id,

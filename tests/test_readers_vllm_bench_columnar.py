@@ -1,0 +1,194 @@
+"""The vLLM bench reader's columnar fast path gives exactly what the JSON path gives.
+
+Each file is read twice, once with the fast path forced (``COLUMNAR_MIN_BYTES = 0``) and once with
+it off; every output table must be identical. Bad input must make the fast path step aside
+(``columnar_documents`` returns None) so the JSON path's handling is unchanged.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from pipeline.readers import vllm_bench
+from pipeline.readers.base import InputError, ReadContext
+
+TABLES = ("requests", "quarantine", "arrivals", "run_summaries", "runs")
+
+
+def detailed(n: int = 200, seed: int = 0, start_times: bool = True) -> dict:
+    """A --save-detailed result with failures, multi-token chunks and full-precision floats."""
+    rng = np.random.default_rng(seed)
+    out_lens = rng.integers(1, 60, n)
+    failed = rng.random(n) < 0.05
+    failed[3] = True
+    out_lens[failed] = 0
+    itls, ttfts, lats, errors = [], [], [], []
+    for i in range(n):
+        if failed[i]:
+            itls.append([])
+            ttfts.append(0.0)
+            lats.append(0.0)
+            errors.append("HTTP 500: engine dead")
+            continue
+        k = max(int(out_lens[i]) - 1, 0)
+        if i % 7 == 0:
+            k //= 2
+        gaps = rng.uniform(0.001, 0.05, k).tolist()
+        ttfts.append(float(rng.uniform(0.05, 0.5)))
+        itls.append(gaps)
+        lats.append(ttfts[-1] + sum(gaps))
+        errors.append("")
+    res: dict = {
+        "date": "20250601-120000",
+        "backend": "vllm",
+        "label": None,
+        "model_id": "meta-llama/Llama-3.1-8B-Instruct",
+        "num_prompts": n,
+        "request_rate": "inf",
+        "max_concurrency": 8,
+        "gpu": "H100",
+        "server": {"tp": 2, "flags": [1, "x", None]},
+        "duration": 12.5,
+        "completed": int((~failed).sum()),
+        "request_goodput:": None,
+        "input_lens": rng.integers(10, 5000, n).tolist(),
+        "output_lens": out_lens.tolist(),
+        "ttfts": ttfts,
+        "itls": itls,
+        "errors": errors,
+        "generated_texts": ['he said "itls": [1]]'] * n,
+        "mean_ttft_ms": 123.25,
+        "p99_itl_ms": 48.5,
+    }
+    if start_times:
+        res["start_times"] = (np.cumsum(rng.exponential(0.1, n)) + 1000.0).tolist()
+        res["latencies"] = lats
+    return res
+
+
+def read(path: Path, fast: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, pl.DataFrame]:
+    monkeypatch.setattr(vllm_bench, "COLUMNAR_MIN_BYTES", 0 if fast else 1 << 62)
+    out: dict[str, list[pl.DataFrame]] = {t: [] for t in TABLES}
+    for batch in vllm_bench.READER.read(ReadContext(path=path, default_run_id="run")):
+        for t in TABLES:
+            f = getattr(batch, t)
+            if f is not None:
+                out[t].append(f)
+    return {t: pl.concat(v) if v else pl.DataFrame() for t, v in out.items()}
+
+
+def assert_same(path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, pl.DataFrame]:
+    fast = read(path, True, monkeypatch)
+    slow = read(path, False, monkeypatch)
+    for t in TABLES:
+        assert_frame_equal(fast[t], slow[t], check_exact=True)
+    return fast
+
+
+def uses_fast_path(path: Path) -> bool:
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        data = gzip.decompress(data)
+    return vllm_bench.columnar_documents(data) is not None
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_fast_path_equals_json_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, indent: int | None
+) -> None:
+    p = tmp_path / "vllm.json"
+    p.write_text(json.dumps(detailed(), indent=indent))
+    assert uses_fast_path(p)
+    f = assert_same(p, monkeypatch)
+    r = f["requests"]
+    assert r.height == 200 and f["quarantine"].height == 0
+    assert r.filter(pl.col("request_id") == "3")["status"].item() == "error"
+    assert r["token_times"].list.len().sum() > 1000
+    assert json.loads(f["runs"]["metadata_json"][0])["server"] == {"tp": 2, "flags": [1, "x", None]}
+
+
+def test_old_layout_append_and_gzip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = detailed(30, 1, start_times=False), detailed(40, 2, start_times=True)
+    text = json.dumps(a) + "\n\n" + json.dumps(b, separators=(",", ":")) + "\n"
+    p = tmp_path / "append.json.gz"
+    p.write_bytes(gzip.compress(text.encode()))
+    assert uses_fast_path(p)
+    f = assert_same(p, monkeypatch)
+    assert f["runs"]["run_id"].to_list() == ["run#1", "run#2"]
+    assert (f["requests"].filter(pl.col("run_id") == "run#1")["arrival_ts"] == 0.0).all()
+    meta = [json.loads(m) for m in f["runs"]["metadata_json"]]
+    assert [m["source_line"] for m in meta] == [1, 3]
+    assert [m["arrival_times_known"] for m in meta] == [False, True]
+
+
+def test_mismatched_lengths_quarantine_as_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    res = detailed(50, 3)
+    res["input_lens"] = res["input_lens"][:48]  # two entries dropped
+    res["itls"] = res["itls"][:49]
+    p = tmp_path / "short.json"
+    p.write_text(json.dumps(res))
+    assert uses_fast_path(p)  # the shared conversion pads short arrays, as on the JSON path
+    f = assert_same(p, monkeypatch)
+    q = f["quarantine"]
+    assert sorted(q["line"].to_list()) == [49, 50]
+    assert "input_lens" in q.filter(pl.col("line") == 49)["reason"][0]
+    assert f["requests"].height == 48
+
+
+BAD_EDITS = {
+    "string_ttft": lambda r: r["ttfts"].__setitem__(2, "fast"),
+    "bool_ttft": lambda r: r["ttfts"].__setitem__(2, True),
+    "fraction_count": lambda r: r["output_lens"].__setitem__(4, 2.5),
+    "itls_not_list": lambda r: r["itls"].__setitem__(4, "oops"),
+    "itls_null_entry": lambda r: r["itls"].__setitem__(4, None),
+    "itls_nested": lambda r: r["itls"].__setitem__(4, [[0.1]]),
+    "numeric_error": lambda r: r["errors"].__setitem__(6, 5),
+    "infinity": lambda r: r["latencies"].__setitem__(7, float("inf")),
+    "nan_metric": lambda r: r.__setitem__("mean_ttft_ms", float("nan")),
+    "nested_key": lambda r: r.__setitem__("extra", {"ttfts": [1.0, 2.0]}),
+    "not_a_list": lambda r: r.__setitem__("start_times", "later"),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(BAD_EDITS))
+def test_bad_input_handled_like_json_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit: str
+) -> None:
+    res = detailed(20, 4)
+    BAD_EDITS[edit](res)
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(res))
+    assert_same(p, monkeypatch)
+
+
+def test_duplicate_key_and_escaped_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = json.dumps(detailed(20, 5))
+    dup = text[:-1] + ', "ttfts": [0.5, 0.25]}'  # JSON keeps the last value
+    p = tmp_path / "dup.json"
+    p.write_text(dup)
+    assert not uses_fast_path(p)
+    assert_same(p, monkeypatch)
+    esc = text[:-1] + r', "note": "see \"ttfts\": [1, 2] and \\"}'
+    p.write_text(esc)
+    assert_same(p, monkeypatch)
+
+
+def test_truncated_file_raises_like_json_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = json.dumps(detailed(20, 6))
+    p = tmp_path / "cut.json"
+    for cut in (text.index('"itls"') + 40, text.index('"ttfts"') + 30, len(text) - 3):
+        p.write_text(text[:cut])
+        for fast in (True, False):
+            with pytest.raises(InputError):
+                read(p, fast, monkeypatch)
