@@ -61,12 +61,25 @@ def _key_hash(df: pl.DataFrame) -> np.ndarray:
 
 
 class _Dedup:
-    """Remembers (run_id, request_id) keys seen in this file and already in the warehouse."""
+    """Remembers (run_id, request_id) keys seen in this file and already in the warehouse.
+
+    Keys are 64-bit hashes kept in one sorted numpy array: membership by binary search, 8 bytes
+    per request, no Python object per key.
+    """
 
     def __init__(self, layout: Layout):
         self.layout = layout
-        self.seen: set[int] = set()
+        self.seen = np.empty(0, dtype=np.uint64)
         self.runs_loaded: set[str] = set()
+
+    def _remember(self, keys: np.ndarray) -> None:
+        self.seen = np.union1d(self.seen, keys)
+
+    def _known(self, keys: np.ndarray) -> np.ndarray:
+        if not len(self.seen):
+            return np.zeros(len(keys), dtype=bool)
+        idx = np.minimum(np.searchsorted(self.seen, keys), len(self.seen) - 1)
+        return self.seen[idx] == keys
 
     def _load_run(self, run_ids: list[str]) -> None:
         new = [r for r in run_ids if r not in self.runs_loaded]
@@ -84,8 +97,8 @@ class _Dedup:
             )
             .pl()
         )
-        if isinstance(existing, pl.DataFrame) and existing.height:
-            self.seen.update(_key_hash(existing).tolist())
+        if existing.height:
+            self._remember(_key_hash(existing))
 
     def split(self, df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
         """Rows whose key is new, and how many duplicates were dropped."""
@@ -94,8 +107,8 @@ class _Dedup:
         self._load_run(df["run_id"].unique().to_list())
         keys = _key_hash(df)
         first = df.select(pl.struct("run_id", "request_id").is_first_distinct()).to_series()
-        fresh = first.to_numpy() & ~np.isin(keys, np.fromiter(self.seen, np.uint64))
-        self.seen.update(keys[fresh].tolist())
+        fresh = first.to_numpy() & ~self._known(keys)
+        self._remember(keys[fresh])
         return df.filter(pl.Series(fresh)), int((~fresh).sum())
 
 
