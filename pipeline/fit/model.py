@@ -138,16 +138,18 @@ def _solve(
         x = np.clip(s.copy(), LOWER, UPPER)
         x[~free] = x_fixed[~free]
         prev = None
-        for _ in range(60):
+        for _ in range(40):
             jm = _jacobian(x, a) / t[:, None]
             r = jm @ x + base
             w = np.sqrt(_weights(r / f_scale, loss))
             target = -(base + jm[:, ~free] @ x[~free])
             cols = jm[:, free] * w[:, None]
             norm = np.maximum(np.sqrt(np.sum(cols * cols, axis=0)), 1e-300)
+            # ||A z - b|| = ||R z - Q'b|| + const: solve the bounded problem on the p x p factor.
+            q, rr = np.linalg.qr(cols / norm)
             sol = lsq_linear(
-                cols / norm,
-                target * w,
+                rr,
+                q.T @ (target * w),
                 bounds=(LOWER[free] * norm, UPPER[free] * norm),
                 method="bvls",
             )
