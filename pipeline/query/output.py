@@ -26,14 +26,32 @@ def _cell(v: object) -> str:
 
 
 def render_table(t: pa.Table, title: str | None = None, console: Console | None = None) -> None:
+    """An aligned table; one block per row (column: value) when it would not fit the terminal."""
+    console = console or Console()
+    rows = [[_cell(v) for v in r.values()] for r in t.to_pylist()]
+    widths = [max([len(n)] + [len(r[i]) for r in rows]) + 3 for i, n in enumerate(t.schema.names)]
+    if sum(widths) > console.width and rows:
+        _render_vertical(t.schema.names, rows, title, console)
+        return
     table = Table(title=title, show_edge=False, header_style="bold")
     for name, typ in zip(t.schema.names, t.schema.types, strict=True):
         numeric = pa.types.is_integer(typ) or pa.types.is_floating(typ)
         table.add_column(name, justify="right" if numeric else "left")
-    for row in t.to_pylist():
-        table.add_row(*(_cell(v) for v in row.values()))
-    (console or Console()).print(table)
-    (console or Console()).print(f"{t.num_rows} rows")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"{t.num_rows} rows")
+
+
+def _render_vertical(names: list[str], rows: list[list[str]], title, console: Console) -> None:
+    pad = max(len(n) for n in names)
+    if title:
+        console.print(f"[bold]{title}[/bold]")
+    for i, row in enumerate(rows, 1):
+        console.print(f"[dim]-- row {i} --[/dim]")
+        for name, value in zip(names, row, strict=True):
+            console.print(f"{name:<{pad}}  {value}", highlight=False)
+    console.print(f"{len(rows)} rows")
 
 
 def _json_default(v: object) -> object:
