@@ -30,7 +30,7 @@ CASES = {
     "a100-7b-mha-unchunked": (
         GenerateSpec(gpu="A100-80GB", model="llama-2-7b", chunked_prefill=False, requests=1500,
                      seed=12), "all"),
-    # Offered load above capacity: requests queue (TTFT p50 of seconds).
+    # A higher offered load (6 req/s on 4 x H100): requests wait in the queue before prefill.
     "h100-70b-tp4-queueing": (
         GenerateSpec(gpu="H100-SXM", model="llama-3.1-70b", gpu_count=4, requests=1500, seed=13,
                      rate=6.0), "all"),
