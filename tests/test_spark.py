@@ -171,6 +171,7 @@ def engines(spark, warehouse):
 
 def assert_same(a: pl.DataFrame, b: pl.DataFrame, what: str) -> None:
     assert a.columns == b.columns, what
+    assert a.schema == b.schema, f"{what}: column types differ: {a.schema} vs {b.schema}"
     assert a.height == b.height, f"{what}: {a.height} rows on duckdb, {b.height} on spark"
     for name in a.columns:
         x, y = a[name].to_list(), b[name].to_list()

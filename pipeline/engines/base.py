@@ -45,7 +45,8 @@ def normalize(t: pa.Table) -> pl.DataFrame:
     """Arrow result to Polars with the same dtypes whichever engine produced it.
 
     DuckDB sums integers into HUGEINT (Arrow decimal(38, 0)), Spark into BIGINT: integer
-    decimals become Int64, narrow integers Int64, float32 Float64.
+    decimals become Int64, narrow integers Int64, float32 Float64; zoned timestamps are shown
+    in UTC (DuckDB reports its own zone name, e.g. Etc/UTC).
     """
     df = pl.from_arrow(t)
     assert isinstance(df, pl.DataFrame)
@@ -56,7 +57,14 @@ def normalize(t: pa.Table) -> pl.DataFrame:
             casts[name] = pl.Int64
         elif dtype == pl.Float32:
             casts[name] = pl.Float64
-    return df.cast(casts) if casts else df
+    if casts:
+        df = df.cast(casts)
+    zoned = [
+        pl.col(n).dt.convert_time_zone("UTC")
+        for n, d in df.schema.items()
+        if isinstance(d, pl.Datetime) and d.time_zone not in (None, "UTC")
+    ]
+    return df.with_columns(zoned) if zoned else df
 
 
 class Engine:

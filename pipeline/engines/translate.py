@@ -8,6 +8,9 @@ things sqlglot does not do the way we need, fixed here on the syntax tree:
   ``PERCENTILE_APPROX(x, q)``, an approximation. Spark 3.3+ has the exact ordered-set aggregate
   (linear interpolation, as DuckDB), so we keep ``WITHIN GROUP``; ``quantile_cont(x, q)`` and
   ``quantile_disc(x, q)`` become the same form.
+* A number with a decimal point (``2.0``, ``1e-3``) is DECIMAL in Spark, so ``x / 2.0`` and
+  ``avg(x / 2.0)`` would be fixed-point with a truncated scale, where DuckDB computes in DOUBLE.
+  Such literals are written as ``CAST(2.0 AS DOUBLE)``.
 * ``$name`` parameters are :class:`sqlglot.exp.Placeholder` nodes; they are written as Spark's
   named markers ``:name`` and bound by ``spark.sql(text, args=...)``. Values never enter the text.
 
@@ -46,6 +49,13 @@ def _exact_percentiles(node: exp.Expr) -> exp.Expr:
     return node
 
 
+def _double_literals(node: exp.Expr) -> exp.Expr:
+    decimal = isinstance(node, exp.Literal) and not node.is_string and not node.is_int
+    if decimal and not isinstance(node.parent, exp.Cast):
+        return exp.Cast(this=node.copy(), to=exp.DataType.build("double"))
+    return node
+
+
 def parameters(tree: exp.Expr) -> list[str]:
     """Names of the ``$name`` parameters in a parsed statement, in order of first use."""
     names: list[str] = []
@@ -69,7 +79,7 @@ def to_spark(sql: str) -> str:
         raise TranslationError("give exactly one SQL statement")
     tree = statements[0]
     parameters(tree)  # rejects positional parameters
-    tree = tree.transform(_exact_percentiles)
+    tree = tree.transform(_exact_percentiles).transform(_double_literals)
     try:
         return tree.sql(dialect="spark", unsupported_level=ErrorLevel.RAISE)
     except UnsupportedError as exc:
