@@ -51,6 +51,9 @@ def _rows(con, name: str, **params) -> list[dict]:
 
 
 def test_every_named_query_runs_on_an_empty_warehouse(tmp_path):
+    from pipeline.fit import fit_warehouse
+
+    fit_warehouse(Layout(tmp_path / "wh"))  # writes an empty cost_models, as `pipeline fit` does
     con = _con(tmp_path, [])
     for q in all_queries(REPO / "queries"):
         rows = run_named(con, q).to_pylist()
@@ -139,3 +142,9 @@ def test_parameters_are_bound_and_checked(tmp_path):
 def test_unknown_query_suggests_close_names():
     with pytest.raises(QueryError, match="did you mean latency_percentiles"):
         load("latency_percentile", REPO / "queries")
+
+
+def test_a_derived_table_not_yet_written_names_the_command(tmp_path):
+    con = _con(tmp_path, [])
+    with pytest.raises(QueryError, match="run `pipeline fit` first"):
+        run_named(con, load("cost_mfu_mbu", REPO / "queries"))

@@ -8,7 +8,7 @@ import duckdb
 import pyarrow as pa
 
 from pipeline.engines.base import Engine, EngineError
-from pipeline.query.named import QueryError, run_adhoc
+from pipeline.query.named import QueryError, missing_table_hint, run_adhoc
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.views import connect
 
@@ -27,7 +27,7 @@ class DuckDBEngine(Engine):
                 raise QueryError("the statement returned no result")
             return rel.to_arrow_table()
         except duckdb.Error as exc:
-            raise EngineError(f"query failed: {exc}") from None
+            raise EngineError(f"query failed: {missing_table_hint(exc) or exc}") from None
 
     def adhoc(self, sql: str) -> pa.Table:
         try:

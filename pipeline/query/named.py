@@ -108,10 +108,33 @@ def bind(query: NamedQuery, given: dict[str, str]) -> dict[str, object]:
     return {k: coerce(v) for k, v in values.items() if k in query.used_params()}
 
 
+# Derived tables and the command that writes them, for a helpful message when one is missing.
+WRITTEN_BY = {
+    "cost_models": "pipeline fit",
+    "claims": "pipeline fit",
+    "attribution": "pipeline attribute",
+    "steps": "pipeline replay",
+}
+
+
+def missing_table_hint(exc: Exception) -> str | None:
+    """'run `pipeline fit` first' when a query reads a derived table that was never written."""
+    m = re.search(r"Table with name (\w+) does not exist", str(exc))
+    if m and m.group(1) in WRITTEN_BY:
+        return f"{m.group(1)} does not exist yet: run `{WRITTEN_BY[m.group(1)]}` first"
+    return None
+
+
 def run_named(
     con: duckdb.DuckDBPyConnection, query: NamedQuery, params: dict[str, str] | None = None
 ) -> pa.Table:
-    return con.sql(query.sql, params=bind(query, params or {})).to_arrow_table()
+    try:
+        return con.sql(query.sql, params=bind(query, params or {})).to_arrow_table()
+    except duckdb.CatalogException as exc:
+        hint = missing_table_hint(exc)
+        if hint:
+            raise QueryError(f"query {query.name!r}: {hint}") from None
+        raise
 
 
 def run_adhoc(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:

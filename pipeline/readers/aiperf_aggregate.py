@@ -99,7 +99,11 @@ class AiperfAggregateReader:
     def _csv(self, ctx: ReadContext, text: str) -> ReaderOutput:
         metrics: dict[str, object] = {}
         header: list[str] | None = None
-        for row in csv.reader(io.StringIO(text)):  # a few dozen metric rows, not requests
+        try:
+            rows = list(csv.reader(io.StringIO(text)))  # a few dozen metric rows, not requests
+        except csv.Error as exc:
+            raise InputError(f"not a readable AIPerf CSV: {exc}") from exc
+        for row in rows:
             if not row or not any(cell.strip() for cell in row):
                 header = None
                 continue
