@@ -1,0 +1,339 @@
+"""Counterfactual predictions: a slice's metrics with some factors switched to the other slice's.
+
+A *slice* is the successful requests a predicate selects. What it is made of:
+
+* workload: prompt lengths, output lengths (their distributions) and the offered load
+  (arrival rate per server);
+* deployment: model size, hardware (GPU and count), batching configuration (max_num_seqs,
+  max_batched_tokens, chunked prefill), attention (implementation and the model's KV-head ratio),
+  quantisation (weight and KV dtypes) -- from the slice's most common deployment;
+* efficiency: the fitted MFU, MBU and overheads of each phase (``cost_models``) plus what the
+  model does not explain (observed minus simulated metric).
+
+A coalition says, per factor, whether it takes the baseline's or the candidate's value. Its
+metrics come from running the baseline's arrivals (the busiest server, first ``max_requests``)
+through :func:`pipeline.sim.simulate` -- the engine the generator uses -- with:
+
+* prompt/output lengths: each request keeps its rank and takes the other slice's value at that
+  quantile (so the joint prompt-output ranks and the arrival order are kept);
+* load: inter-arrival gaps scaled by rate_baseline / rate_candidate;
+* model: the other model's size (layers, widths, parameters) with this coalition's KV-head ratio;
+* the rest: the other slice's values in the StepCost and EngineConfig.
+
+Simulation rather than a closed form, because queueing and batching make TTFT, its p90 and
+TPOT non-linear in load and speed (a slower GPU both lengthens each prefill and lengthens the
+queue in front of it). A calibration term makes the endpoints exact: v(all baseline) = observed
+baseline, v(all candidate) = observed candidate; it moves with the efficiency factor, which
+therefore also carries the unexplained remainder.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from pipeline import catalog
+from pipeline.fit.core import FittedModel, GroupKey, PhaseFit
+from pipeline.physics import DecodeLines, StepCost
+from pipeline.sim import EngineConfig, kv_capacity_tokens, simulate
+
+FACTORS = (
+    "prompt",
+    "output",
+    "load",
+    "model",
+    "hardware",
+    "batching",
+    "attention",
+    "quantisation",
+    "efficiency",
+)
+WORKLOAD = frozenset({"prompt", "output", "load"})
+METRICS = ("ttft_mean", "ttft_p90", "tpot_mean", "output_throughput")
+UNITS = {"ttft_mean": "s", "ttft_p90": "s", "tpot_mean": "s/token", "output_throughput": "tokens/s"}
+MAX_REQUESTS = 2000
+
+
+@dataclass
+class Slice:
+    """One side of a comparison: its requests' workload, deployment, fit and observed metrics."""
+
+    name: str
+    predicate: str
+    n: int
+    key: GroupKey
+    key_share: float
+    fit: FittedModel | None
+    prompt: np.ndarray
+    output: np.ndarray
+    cached_frac: np.ndarray
+    rate: float
+    base_arrival: np.ndarray
+    base_prompt: np.ndarray
+    base_output: np.ndarray
+    base_cached: np.ndarray
+    observed: np.ndarray  # METRICS order
+    notes: list[str] = field(default_factory=list)
+    request_ids: frozenset[tuple[str, str]] = frozenset()
+
+
+def observed_metrics(df: pl.DataFrame) -> np.ndarray:
+    ttft = df["ttft_s"].drop_nulls().to_numpy()
+    tpot = df["tpot_s"].drop_nulls().to_numpy()
+    spans = (
+        df.filter(pl.col("e2e_s").is_not_null())
+        .group_by("domain")
+        .agg((pl.col("t_arrival") + pl.col("e2e_s")).max() - pl.col("t_arrival").min())
+    )
+    span = float(spans[:, 1].sum()) if spans.height else math.nan
+    out = df["output_tokens"].sum() if df["output_tokens"].null_count() < df.height else None
+    return np.array(
+        [
+            float(ttft.mean()) if len(ttft) else math.nan,
+            float(np.percentile(ttft, 90)) if len(ttft) else math.nan,
+            float(tpot.mean()) if len(tpot) else math.nan,
+            float(out) / span if out is not None and span > 0 else math.nan,
+        ]
+    )
+
+
+def sim_metrics(
+    arrival: np.ndarray, out: np.ndarray, first: np.ndarray, finish: np.ndarray
+) -> np.ndarray:
+    ttft = first - arrival
+    dec = out > 1
+    tpot = (finish[dec] - first[dec]) / (out[dec] - 1)
+    span = float(np.nanmax(finish) - arrival.min())
+    return np.array(
+        [
+            float(np.nanmean(ttft)),
+            float(np.nanpercentile(ttft, 90)),
+            float(np.nanmean(tpot)) if len(tpot) else math.nan,
+            float(out.sum()) / span if span > 0 else math.nan,
+        ]
+    )
+
+
+class MixedCost:
+    """Simulator cost model from a fit: steps carrying prefill tokens use the prefill phase's
+    parameters, decode-only steps (and closed-form decode runs) the decode phase's."""
+
+    def __init__(self, prefill: StepCost, decode: StepCost) -> None:
+        self.prefill, self.decode = prefill, decode
+
+    def time_of(
+        self, tokens: float, seqs: float, attn_pairs: float, kv_tokens: float, score_elems: float
+    ) -> float:
+        cost = self.prefill if tokens > seqs else self.decode
+        return cost.time_of(tokens, seqs, attn_pairs, kv_tokens, score_elems)
+
+    def decode_lines(self, batch: int, sum_context: float) -> DecodeLines:
+        return self.decode.decode_lines(batch, sum_context)
+
+
+def _arch(m: catalog.Model) -> tuple[Any, ...]:
+    return (
+        m.params,
+        m.active_params,
+        m.layers,
+        m.hidden,
+        m.heads,
+        m.head_dim,
+        m.vocab,
+        m.intermediate,
+        m.n_experts,
+        m.experts_per_token,
+    )
+
+
+def hybrid_model(size: catalog.Model, attention: catalog.Model) -> catalog.Model:
+    """``size``'s architecture with ``attention``'s query-per-KV-head ratio (GQA/MQA/MHA)."""
+    if size.kv_heads * attention.heads == attention.kv_heads * size.heads:
+        return size
+    kv = max(1, round(size.heads * attention.kv_heads / attention.heads))
+    return replace(size, kv_heads=kv)
+
+
+def _batching(key: GroupKey) -> tuple[int, int | None, bool]:
+    return (
+        key.max_num_seqs or 256,
+        key.max_batched_tokens,
+        True if key.chunked_prefill is None else bool(key.chunked_prefill),
+    )
+
+
+def _phase_params(p: PhaseFit | None) -> tuple[float, ...] | None:
+    return None if p is None else (p.mfu, p.mbu, p.step_overhead, p.seq_overhead)
+
+
+def changed(b: Slice, c: Slice) -> dict[str, bool]:
+    """Which factors differ between the slices (the others are null players: exactly 0)."""
+    mb, mc = catalog.model(b.key.model), catalog.model(c.key.model)
+    out = {
+        "prompt": not (
+            np.array_equal(np.sort(b.prompt), np.sort(c.prompt))
+            and np.array_equal(np.sort(b.cached_frac), np.sort(c.cached_frac))
+        ),
+        "output": not np.array_equal(np.sort(b.output), np.sort(c.output)),
+        "load": not math.isclose(b.rate, c.rate, rel_tol=1e-12),
+        "model": _arch(mb) != _arch(mc),
+        "hardware": (catalog.gpu(b.key.gpu).key, b.key.gpu_count)
+        != (catalog.gpu(c.key.gpu).key, c.key.gpu_count),
+        "batching": _batching(b.key) != _batching(c.key),
+        "attention": (mb.kv_heads * mc.heads != mc.kv_heads * mb.heads)
+        or ((b.key.attention or "flash") == "eager") != ((c.key.attention or "flash") == "eager"),
+        "quantisation": (b.key.weight_dtype, b.key.kv_dtype)
+        != (c.key.weight_dtype, c.key.kv_dtype),
+    }
+    same_fit = (
+        b.fit is not None
+        and c.fit is not None
+        and all(
+            _phase_params(getattr(b.fit, ph)) == _phase_params(getattr(c.fit, ph))
+            for ph in ("prefill", "decode")
+        )
+    )
+    same = same_fit and not any(out.values()) and b.request_ids == c.request_ids
+    out["efficiency"] = not same
+    return out
+
+
+def _qmap(base: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Each base value replaced by the target's value at the same rank (quantile)."""
+    if len(base) == 0 or len(target) == 0:
+        return base
+    rank = np.empty(len(base))
+    rank[np.argsort(base, kind="stable")] = np.arange(len(base))
+    q = (rank + 0.5) / len(base)
+    return np.quantile(np.sort(target), q, method="inverted_cdf")
+
+
+@dataclass
+class Coalition:
+    src: dict[str, Slice]  # factor -> slice it takes its value from
+
+
+class Game:
+    """Evaluate coalitions of one baseline/candidate pair; results are cached by mask."""
+
+    def __init__(self, b: Slice, c: Slice, active: list[str]) -> None:
+        self.b, self.c, self.active = b, c, active
+        self.notes: list[str] = []
+        self._cache: dict[int, np.ndarray] = {}
+
+    def coalition(self, mask: int) -> dict[str, Slice]:
+        return {
+            f: (self.c if f in self.active and mask >> self.active.index(f) & 1 else self.b)
+            for f in FACTORS
+        }
+
+    def raw(self, mask: int) -> np.ndarray:
+        if mask not in self._cache:
+            self._cache[mask] = self._simulate(self.coalition(mask))
+        return self._cache[mask]
+
+    def values(self) -> np.ndarray:
+        """Calibrated value of every coalition, shape (2^k, len(METRICS))."""
+        k = len(self.active)
+        full = (1 << k) - 1
+        raw = np.array([self.raw(m) for m in range(1 << k)])
+        resid_b = self.b.observed - raw[0]
+        resid_c = self.c.observed - raw[full]
+        if "efficiency" not in self.active:
+            return raw + resid_b
+        bit = 1 << self.active.index("efficiency")
+        eff = (np.arange(1 << k) & bit) != 0
+        return raw + np.where(eff[:, None], resid_c, resid_b)
+
+    # -- one simulation ------------------------------------------------------------------------
+    def _workload(self, s: dict[str, Slice]) -> tuple[np.ndarray, ...]:
+        b = self.b
+        arrival = b.base_arrival * (b.rate / s["load"].rate)
+        prompt = b.base_prompt if s["prompt"] is b else _qmap(b.base_prompt, s["prompt"].prompt)
+        cached = b.base_cached
+        if s["prompt"] is not b:
+            frac = _qmap(b.base_cached / np.maximum(b.base_prompt, 1), s["prompt"].cached_frac)
+            cached = np.floor(frac * prompt)
+        output = b.base_output if s["output"] is b else _qmap(b.base_output, s["output"].output)
+        return (
+            arrival,
+            np.maximum(prompt, 1).astype(np.int64),
+            np.maximum(output, 1).astype(np.int64),
+            cached.astype(np.int64),
+        )
+
+    def _simulate(self, s: dict[str, Slice]) -> np.ndarray:
+        size = catalog.model(s["model"].key.model)
+        model = hybrid_model(size, catalog.model(s["attention"].key.model))
+        hw = s["hardware"].key
+        gpu, tp = catalog.gpu(hw.gpu), int(hw.gpu_count or 1)
+        q = s["quantisation"].key
+        flash = (s["attention"].key.attention or "flash") != "eager"
+        fit = s["efficiency"].fit
+        assert fit is not None
+
+        def cost(phase: str) -> StepCost:
+            p = fit.phase(phase)
+            return StepCost(
+                model,
+                gpu,
+                tp=tp,
+                weight_dtype=q.weight_dtype,
+                kv_dtype=q.kv_dtype,
+                flash_attention=flash,
+                mfu=p.mfu,
+                mbu=p.mbu,
+                step_overhead=p.step_overhead,
+                seq_overhead=p.seq_overhead,
+            )
+
+        arrival, prompt, output, cached = self._workload(s)
+        max_seqs, mbt, chunked = _batching(s["batching"].key)
+        try:
+            kv = kv_capacity_tokens(
+                model, gpu, tp=tp, weight_dtype=q.weight_dtype, kv_dtype=q.kv_dtype
+            )
+        except ValueError:
+            kv = 0
+            self._note(
+                f"{model.name} does not fit on {tp} x {gpu.name}: simulated with the KV "
+                "capacity unconstrained"
+            )
+        peak = prompt + np.maximum(output - 1, 0)
+        if kv < int(peak.max()) + 16:
+            if kv:
+                self._note(
+                    f"{model.name} on {tp} x {gpu.name}: longest request exceeds the KV "
+                    "capacity; outputs clipped to fit"
+                )
+            else:
+                kv = int(max(peak.max(), peak.sum())) + 16
+            output = np.maximum(np.minimum(output, kv - 16 - prompt + 1), 1)
+            prompt = np.minimum(prompt, kv - 16)
+            peak = prompt + np.maximum(output - 1, 0)
+        if mbt is None:
+            mbt = max(8192, max_seqs) if chunked else max(8192, min(model.max_context, kv))
+        mbt = max(mbt, max_seqs) if chunked else max(mbt, int(peak.max()))
+        config = EngineConfig(
+            kv_capacity_tokens=kv,
+            max_num_seqs=max_seqs,
+            max_batched_tokens=mbt,
+            chunked_prefill=chunked,
+        )
+        res = simulate(
+            arrival,
+            prompt,
+            output,
+            config,
+            MixedCost(cost("prefill"), cost("decode")),
+            cached_tokens=cached,
+        )
+        return sim_metrics(arrival, output, res.first_token, res.finish)
+
+    def _note(self, msg: str) -> None:
+        if msg not in self.notes:
+            self.notes.append(msg)
