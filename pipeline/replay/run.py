@@ -1,0 +1,448 @@
+"""Resolve a what-if scenario against a workload, simulate it, summarise it.
+
+:func:`resolve` turns (WhatIf, Workload, fits) into a :class:`Scenario`: model, GPU, tensor
+parallelism, servers, scheduler and the cost model of every pool. :func:`simulate` runs it on
+:mod:`pipeline.sim.cluster` (colocated servers, or a prefill pool and a decode pool with a KV
+transfer in between) and returns a :class:`ReplayResult`.
+
+Disaggregation: a request is prefilled on a prefill server (which emits its first token), its
+prompt's KV then travels at ``kv_bandwidth_gbps`` (+ ``kv_latency_s``) to a decode server, which
+admits it with the prompt already cached: one step computes the first token's KV and emits the
+second token, then it decodes as usual. TTFT comes from the prefill server, TPOT and E2E from
+the decode server. A decode server that preempts a request recomputes only the generated tokens
+(the transferred prompt is treated as still cached), which is optimistic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from pipeline import catalog
+from pipeline.fit.core import FittedModel, GroupKey
+from pipeline.physics import kv_bytes_per_token
+from pipeline.replay.config import WhatIf
+from pipeline.replay.cost import CostChoice, Target, choose
+from pipeline.replay.workload import Workload
+from pipeline.sim.cluster import Pool, PoolResult, simulate_pool
+from pipeline.sim.config import EngineConfig, kv_capacity_tokens
+
+NAN = float("nan")
+PERCENTILES = (50, 90, 99)
+Chunk = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    name: str  # 'main' | 'prefill' | 'decode'
+    pool: Pool
+    tp: int
+    cost: CostChoice
+    max_tokens: int  # longest prompt + output - 1 a request may have here
+
+
+@dataclass(frozen=True)
+class Scenario:
+    whatif: WhatIf
+    model: catalog.Model
+    gpu: catalog.GPU
+    tp: int
+    weight_dtype: str
+    kv_dtype: str
+    flash_attention: bool
+    pools: tuple[PoolPlan, ...]
+    kv_transfer_bw: float = 0.0  # bytes/s; disaggregation only
+    kv_transfer_latency: float = 0.0
+    notes: tuple[str, ...] = ()
+
+    @property
+    def disaggregated(self) -> bool:
+        return len(self.pools) == 2
+
+    @property
+    def gpus(self) -> int:
+        return sum(p.tp * p.pool.replicas for p in self.pools)
+
+    @property
+    def cost_text(self) -> str:
+        return "; ".join(f"{p.name}: {p.cost.describe}" for p in self.pools)
+
+    def describe(self) -> dict[str, Any]:
+        """Plain data (stored in runs.metadata_json, hashed into the run id)."""
+        pools = []
+        for p in self.pools:
+            c = p.pool.config
+            pools.append(
+                {
+                    "name": p.name,
+                    "replicas": p.pool.replicas,
+                    "tp": p.tp,
+                    "routing": p.pool.routing,
+                    "kv_capacity_tokens": c.kv_capacity_tokens,
+                    "max_num_seqs": c.max_num_seqs,
+                    "max_batched_tokens": c.max_batched_tokens,
+                    "chunked_prefill": c.chunked_prefill,
+                    "mixed_prefill": c.mixed_prefill,
+                    "max_prefill_chunk": c.max_prefill_chunk,
+                    "block_size": c.block_size,
+                    "static_batch": p.pool.static_batch,
+                    "static_reserve": p.pool.static_reserve,
+                    "cost_source": p.cost.source,
+                    "cost": p.cost.describe,
+                    "cost_params": p.cost.cost.params(),
+                }
+            )
+        return {
+            "scenario": self.whatif.name,
+            "model": self.model.name,
+            "gpu": self.gpu.name,
+            "tp": self.tp,
+            "gpus": self.gpus,
+            "weight_dtype": self.weight_dtype,
+            "kv_dtype": self.kv_dtype,
+            "flash_attention": self.flash_attention,
+            "pools": pools,
+            "kv_transfer_bw": self.kv_transfer_bw,
+            "kv_transfer_latency": self.kv_transfer_latency,
+            "notes": list(self.notes),
+        }
+
+
+def _pick(*values: Any) -> Any:
+    return next((v for v in values if v is not None), None)
+
+
+def _engine_config(
+    w: WhatIf, rec: dict[str, Any], model: catalog.Model, kv_tokens: int, longest: int,
+    notes: list[str],
+) -> tuple[EngineConfig, int | None, int, int]:  # fmt: skip
+    """EngineConfig, static batch (or None), static reservation, longest allowed request."""
+    s = w.scheduler
+    chunked = bool(_pick(s.chunked_prefill, rec.get("chunked_prefill"), True))
+    mns = int(_pick(s.max_num_seqs, rec.get("max_num_seqs"), 256))
+    mbt = _pick(s.max_num_batched_tokens, rec.get("max_batched_tokens"))
+    chunk = s.chunk_size
+    if chunked and chunk is not None and s.max_num_batched_tokens is None:
+        mbt = chunk  # Sarathi's chunk size is the step's token budget
+    reserve = min(int(s.max_seq_len or model.max_context), kv_tokens)
+    if mbt is None:
+        mbt = max(8192, mns) if chunked else max(8192, min(reserve, kv_tokens), longest)
+    mbt = int(mbt)
+    if not chunked and mbt < longest:
+        notes.append(
+            f"max_num_batched_tokens raised from {mbt} to {longest}: without chunked prefill "
+            "the longest request must fit one step"
+        )
+        mbt = longest
+    if chunked and mbt < mns:
+        raise ValueError(
+            f"with chunked prefill the token budget ({mbt}) must be >= max_num_seqs ({mns})"
+        )
+    static_batch = None
+    limit = kv_tokens
+    if s.kv_layout == "contiguous" or s.policy == "static":
+        fit = kv_tokens // reserve
+        if fit < 1:
+            raise ValueError(f"the KV cache ({kv_tokens} tokens) holds no {reserve}-token slot")
+        if s.policy == "static":
+            static_batch = min(mns, fit)
+        elif fit < mns:
+            notes.append(
+                f"contiguous KV: {fit} slots of {reserve} tokens fit, so max_num_seqs "
+                f"{mns} -> {fit}"
+            )
+            mns = fit
+        limit = reserve
+    cfg = EngineConfig(
+        kv_capacity_tokens=kv_tokens,
+        max_num_seqs=mns,
+        max_batched_tokens=mbt,
+        chunked_prefill=chunked,
+        mixed_prefill=s.mixed_prefill,
+        max_prefill_chunk=chunk,
+        block_size=s.block_size,
+    )
+    limit = min(limit, (cfg.total_blocks) * cfg.block_size)
+    if not chunked:
+        limit = min(limit, mbt)
+    return cfg, static_batch, reserve, limit
+
+
+def resolve(
+    w: WhatIf, workload: Workload, fits: dict[GroupKey, FittedModel] | None = None
+) -> Scenario:
+    """The concrete scenario: what-if values, else the recorded run's, else defaults."""
+    rec = workload.recorded
+    d = w.deployment
+    model_name = _pick(d.model, rec.get("model"))
+    gpu_name = _pick(d.gpu, rec.get("gpu"))
+    if model_name is None or gpu_name is None:
+        raise ValueError(
+            "the workload does not say which model / GPU served it: set deployment.model and "
+            "deployment.gpu in the what-if file"
+        )
+    model, gpu = catalog.model(model_name), catalog.gpu(gpu_name)
+    tp = int(_pick(d.tp, rec.get("gpu_count"), 1))
+    wd = str(_pick(d.weight_dtype, rec.get("weight_dtype"), "bf16"))
+    kd = str(_pick(d.kv_dtype, rec.get("kv_dtype"), "bf16"))
+    if kd == "int4":
+        raise ValueError("kv_dtype int4 is not supported")
+    attention = rec.get("attention")
+    flash = d.flash_attention if d.flash_attention is not None else attention != "eager"
+    replicas = int(_pick(d.replicas, rec.get("replicas"), 1))
+    longest = int((workload.prompt + np.maximum(workload.output - 1, 0)).max(initial=1))
+    notes: list[str] = []
+    fits = fits or {}
+    over = {
+        "mfu": w.cost.mfu, "mbu": w.cost.mbu, "step_overhead": w.cost.step_overhead,
+        "seq_overhead": w.cost.seq_overhead,
+    }  # fmt: skip
+
+    def plan(name: str, ptp: int, n: int) -> PoolPlan:
+        kv = kv_capacity_tokens(
+            model, gpu, tp=ptp, weight_dtype=wd, kv_dtype=kd,
+            gpu_memory_utilization=d.gpu_memory_utilization,
+        )  # fmt: skip
+        cfg, static, reserve, limit = _engine_config(w, rec, model, kv, longest, notes)
+        target = Target(model, gpu, ptp, wd, kd, flash)
+        cost = choose(target, fits, w.cost.source, over)
+        pool = Pool(cfg, cost.cost, n, d.routing, static, reserve)
+        return PoolPlan(name, pool, ptp, cost, limit)
+
+    g = w.disaggregation
+    if g.enabled:
+        pools = (
+            plan("prefill", g.prefill_tp or tp, g.prefill_replicas),
+            plan("decode", g.decode_tp or tp, g.decode_replicas),
+        )
+        return Scenario(
+            w, model, gpu, tp, wd, kd, flash, pools, g.kv_bandwidth_gbps * 1e9, g.kv_latency_s,
+            tuple(notes),
+        )  # fmt: skip
+    return Scenario(w, model, gpu, tp, wd, kd, flash, (plan("main", tp, replicas),), 0.0, 0.0,
+                    tuple(notes))  # fmt: skip
+
+
+@dataclass
+class ReplayResult:
+    scenario: Scenario
+    workload: Workload
+    ok: np.ndarray  # simulated (False: refused, too long for this configuration)
+    scheduled: np.ndarray
+    first_token: np.ndarray
+    finish: np.ndarray
+    preemptions: np.ndarray
+    server: list[str]  # label per request
+    pools: dict[str, PoolResult] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    @property
+    def n(self) -> int:
+        return len(self.ok)
+
+    def token_chunks(self, chunk: int = 20_000) -> Iterator[Chunk]:
+        """(global indices, CSR offsets, emission times on the sim clock) in bounded chunks."""
+        if not self.scenario.disaggregated:
+            pr = self.pools["main"]
+            for k, ids in enumerate(pr.ids):
+                for lo in range(0, len(ids), chunk):
+                    hi = min(lo + chunk, len(ids))
+                    offs, times = pr.servers[k].token_times(lo, hi)
+                    yield ids[lo:hi], offs, times
+            return
+        pre, dec = self.pools["prefill"], self.pools["decode"]
+        for k, ids in enumerate(dec.ids):
+            for lo in range(0, len(ids), chunk):
+                hi = min(lo + chunk, len(ids))
+                offs, times = dec.servers[k].token_times(lo, hi)
+                g = ids[lo:hi]
+                counts = np.diff(offs) + 1
+                new_offs = np.concatenate(([0], np.cumsum(counts)))
+                out = np.empty(int(new_offs[-1]))
+                head = new_offs[:-1]
+                mask = np.ones(len(out), dtype=bool)
+                mask[head] = False
+                out[head] = pre.first_token[g]
+                out[mask] = times
+                yield g, new_offs, out
+        # Requests with at most one output token never reach the decode pool.
+        only = np.flatnonzero(self.ok & (self.workload.output <= 1))
+        for lo in range(0, len(only), chunk):
+            g = only[lo : lo + chunk]
+            counts = (self.workload.output[g] >= 1).astype(np.int64)
+            offs = np.concatenate(([0], np.cumsum(counts)))
+            yield g, offs, pre.first_token[g][counts == 1]
+
+    def steps_frame(self, run_id: str) -> pl.DataFrame:
+        parts = []
+        for name, pr in self.pools.items():
+            for k, st in enumerate(pr.steps):
+                total = self._pool(name).pool.config.total_blocks
+                n = len(st["t_start"])
+                parts.append(
+                    pl.DataFrame(
+                        {
+                            "run_id": pl.Series([run_id] * n, dtype=pl.Utf8),
+                            "pool": pl.Series([name] * n, dtype=pl.Utf8),
+                            "server": pl.Series([_label(name, k)] * n, dtype=pl.Utf8),
+                            "step": np.arange(n, dtype=np.int64),
+                            "t_start_s": st["t_start"].astype(np.float64),
+                            "t_end_s": st["t_end"].astype(np.float64),
+                            "duration_s": (st["t_end"] - st["t_start"]).astype(np.float64),
+                            "batch_size": st["seqs"].astype(np.int64),
+                            "prefill_tokens": st["prefill_tokens"].astype(np.int64),
+                            "decode_tokens": st["decode_tokens"].astype(np.int64),
+                            "kv_blocks": st["kv_blocks"].astype(np.int64),
+                            "kv_blocks_total": np.full(n, int(total), dtype=np.int64),
+                        }
+                    )
+                )
+        if not parts:
+            return pl.DataFrame(schema=STEPS_SCHEMA)
+        return pl.concat(parts).cast(STEPS_SCHEMA)  # type: ignore[arg-type]
+
+    def _pool(self, name: str) -> PoolPlan:
+        return next(p for p in self.scenario.pools if p.name == name)
+
+    # -- metrics ----------------------------------------------------------------------------
+    def metrics(self) -> dict[str, np.ndarray]:
+        arr, out = self.workload.arrival, self.workload.output
+        ttft = self.first_token - arr
+        e2e = self.finish - arr
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(out > 1, (self.finish - self.first_token) / (out - 1), NAN)
+        return {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e}
+
+    def summary(self, slo_ttft: float | None = None, slo_tpot: float | None = None) -> dict:
+        m = self.metrics()
+        ok = self.ok
+        out: dict[str, Any] = {
+            "requests": int(ok.sum()),
+            "refused": int((~ok).sum()),
+            "preemptions": int(self.preemptions[ok].sum()),
+            "gpus": self.scenario.gpus,
+        }
+        for name, v in m.items():
+            vals = v[ok & np.isfinite(v)]
+            for q in PERCENTILES:
+                out[f"{name[:-2]}_p{q}"] = float(np.percentile(vals, q)) if len(vals) else NAN
+        first = float(self.workload.arrival[ok].min()) if ok.any() else 0.0
+        last = float(np.nanmax(self.finish[ok])) if ok.any() else 0.0
+        span = max(last - first, 1e-9)
+        out["span_s"] = span
+        out["throughput_rps"] = int(ok.sum()) / span
+        out["output_tok_s"] = float(self.workload.output[ok].sum()) / span
+        good = ok.copy()
+        if slo_ttft is not None:
+            good &= m["ttft_s"] <= slo_ttft
+        if slo_tpot is not None:
+            good &= ~(m["tpot_s"] > slo_tpot)  # NaN TPOT (one token) meets any TPOT SLO
+        out["slo_attainment"] = float(good.sum()) / max(len(ok), 1)
+        out["goodput_rps"] = float(good.sum()) / span
+        out["gpu_hours"] = self.scenario.gpus * span / 3600.0
+        price = self.scenario.whatif.gpu_hour_usd
+        rate = price.get(self.scenario.gpu.name, price.get(self.scenario.gpu.key))
+        out["cost_usd"] = out["gpu_hours"] * rate if rate is not None else None
+        return out
+
+
+STEPS_SCHEMA: dict[str, pl.DataType] = {
+    "run_id": pl.Utf8(),
+    "pool": pl.Utf8(),
+    "server": pl.Utf8(),
+    "step": pl.Int64(),
+    "t_start_s": pl.Float64(),
+    "t_end_s": pl.Float64(),
+    "duration_s": pl.Float64(),
+    "batch_size": pl.Int64(),
+    "prefill_tokens": pl.Int64(),
+    "decode_tokens": pl.Int64(),
+    "kv_blocks": pl.Int64(),
+    "kv_blocks_total": pl.Int64(),
+}
+
+
+def _label(pool: str, k: int) -> str:
+    return f"replica-{k}" if pool == "main" else f"{pool}-{k}"
+
+
+def simulate(
+    scenario: Scenario, workload: Workload, *, record_steps: bool = True, fast: bool = True
+) -> ReplayResult:
+    """Run the scenario on the workload."""
+    t_start = time.perf_counter()
+    n = workload.n
+    arr, prompt, out, cached = workload.arrival, workload.prompt, workload.output, workload.cached
+    peak = prompt + np.maximum(out - 1, 0)
+    ok = np.ones(n, dtype=bool)
+    for p in scenario.pools:
+        need = prompt if p.name == "prefill" else peak
+        ok &= need <= p.max_tokens
+    sched, first, fin = np.full(n, NAN), np.full(n, NAN), np.full(n, NAN)
+    pre_n = np.zeros(n, dtype=np.int64)
+    server = [""] * n
+    pools: dict[str, PoolResult] = {}
+    idx = np.flatnonzero(ok)
+    if not scenario.disaggregated:
+        plan = scenario.pools[0]
+        r = simulate_pool(
+            arr, prompt, out, plan.pool, cached, fast=fast, record_steps=record_steps, subset=idx
+        )
+        pools["main"] = r
+        sched[idx], first[idx], fin[idx] = r.scheduled[idx], r.first_token[idx], r.finish[idx]
+        pre_n[idx] = r.preemptions[idx]
+        for i in idx.tolist():
+            server[i] = _label("main", int(r.replica[i]))
+    else:
+        p_plan, d_plan = scenario.pools
+        rp = simulate_pool(
+            arr, prompt, np.minimum(out, 1), p_plan.pool, cached, fast=fast,
+            record_steps=record_steps, subset=idx,
+        )  # fmt: skip
+        pools["prefill"] = rp
+        kvb = kv_bytes_per_token(scenario.model, scenario.kv_dtype)
+        transfer = scenario.kv_transfer_latency + kvb * prompt / scenario.kv_transfer_bw
+        d_arr = np.where(np.isfinite(rp.first_token), rp.first_token + transfer, 0.0)
+        d_idx = idx[out[idx] > 1]
+        rd = simulate_pool(
+            d_arr, prompt + 1, out - 1, d_plan.pool, prompt, fast=fast,
+            record_steps=record_steps, subset=d_idx,
+        )  # fmt: skip
+        pools["decode"] = rd
+        sched[idx], first[idx] = rp.scheduled[idx], rp.first_token[idx]
+        fin[idx] = rp.finish[idx]
+        fin[d_idx] = rd.finish[d_idx]
+        pre_n[idx] = rp.preemptions[idx]
+        pre_n[d_idx] += rd.preemptions[d_idx]
+        for i in idx.tolist():
+            server[i] = _label("prefill", int(rp.replica[i]))
+        for i in d_idx.tolist():
+            server[i] += ">" + _label("decode", int(rd.replica[i]))
+    return ReplayResult(
+        scenario, workload, ok, sched, first, fin, pre_n, server, pools,
+        time.perf_counter() - t_start,
+    )  # fmt: skip
+
+
+def run_key(workload: Workload, scenario: Scenario, rate_scale: float) -> str:
+    """sha256 of (workload content, resolved scenario): the replay's identity."""
+    h = hashlib.sha256()
+    h.update(json.dumps([workload.source, workload.run_id, workload.kind, workload.n]).encode())
+    for a in (workload.arrival, workload.prompt, workload.output, workload.cached):
+        h.update(np.ascontiguousarray(a).tobytes())
+    h.update("\0".join(workload.request_id).encode())
+    h.update(json.dumps(scenario.describe(), sort_keys=True, default=str).encode())
+    h.update(scenario.whatif.canonical().encode())
+    h.update(repr(float(rate_scale)).encode())
+    return h.hexdigest()
+
+
+def run_id_for(scenario: Scenario, key: str) -> str:
+    return f"replay-{scenario.whatif.name}-{key[:10]}"

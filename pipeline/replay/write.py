@@ -1,0 +1,193 @@
+"""Write a replay into the warehouse like an ingest: same validation, staging and manifest.
+
+Replayed requests become ``requests`` rows with ``source_format = 'replay'``, ``run_id`` naming
+the scenario and ``source_file`` naming the replayed workload (the recorded run id, trace id or
+file). They pass through :func:`pipeline.ingest.validate.validate`, so they obey the same
+contract as ingested rows, and are committed by :class:`StagedWrite` with a manifest entry keyed
+by the sha256 of (workload, resolved scenario): replaying the same thing again finds the
+manifest and writes nothing. One ``runs`` row carries the scenario as JSON; the ``steps`` derived
+table (``<warehouse>/steps/part-<sha16>.parquet``) gets one row per engine step.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from pipeline import __version__
+from pipeline.ingest.validate import validate
+from pipeline.readers.base import conform_requests
+from pipeline.replay.run import ReplayResult
+from pipeline.warehouse.derived import write_derived
+from pipeline.warehouse.layout import Layout
+from pipeline.warehouse.writer import StagedWrite
+
+SOURCE_FORMAT = "replay"
+STEPS_TABLE = "steps"
+
+
+def _meta(res: ReplayResult, run_id: str) -> dict[str, Any]:
+    sc = res.scenario
+    cfg = sc.pools[-1].pool.config
+    return {
+        "run_id": run_id,
+        "model": sc.model.hf_id,
+        "gpu": sc.gpu.name,
+        "gpu_count": sc.pools[-1].tp,
+        "engine": "replay",
+        "engine_version": __version__,
+        "max_num_seqs": cfg.max_num_seqs,
+        "max_batched_tokens": cfg.max_batched_tokens,
+        "chunked_prefill": cfg.chunked_prefill,
+        "attention": "flash" if sc.flash_attention else "eager",
+        "weight_dtype": sc.weight_dtype,
+        "kv_dtype": sc.kv_dtype,
+    }
+
+
+def _frame(
+    res: ReplayResult, g: np.ndarray, meta: dict[str, Any], token_lists: Any | None
+) -> pl.DataFrame:
+    w = res.workload
+    n = len(g)
+    t0 = w.t0
+    arr = w.arrival[g]
+    ok = res.ok[g]
+    cols: dict[str, Any] = {
+        "request_id": [w.request_id[i] for i in g.tolist()],
+        "server": [res.server[i] or None for i in g.tolist()],
+    }
+    for k, v in meta.items():
+        cols[k] = [v] * n
+    cols |= {
+        "prompt_tokens": w.prompt[g],
+        "cached_tokens": w.cached[g],
+        "output_tokens": w.output[g],
+        "clock": [w.clock] * n,
+        "arrival_ts": t0 + arr,
+        "scheduled_ts": t0 + res.scheduled[g],
+        "first_token_ts": t0 + res.first_token[g],
+        "finish_ts": t0 + res.finish[g],
+        "status": np.where(ok, "ok", "error"),
+        "error": np.where(
+            ok, None, "refused: prompt + output does not fit this configuration's KV / step"
+        ),
+        "source_line": g.astype(np.int64) + 1,
+    }
+    df = pl.DataFrame(cols).with_columns(
+        [pl.col(c).fill_nan(None) for c in ("scheduled_ts", "first_token_ts", "finish_ts")]
+    )
+    if token_lists is not None:
+        df = df.with_columns(pl.Series("token_times", token_lists))
+    return conform_requests(df)
+
+
+def write(layout: Layout, res: ReplayResult, run_id: str, key: str) -> dict[str, Any]:
+    """Commit the replay (idempotent on ``key``); returns counts and whether it was written."""
+    layout.ensure()
+    if layout.manifest_file(key).exists():
+        return {"status": "already", "run_id": run_id}
+    with layout.lock(key[:16]) as got:
+        if not got:
+            return {"status": "busy", "run_id": run_id}
+        if layout.manifest_file(key).exists():
+            return {"status": "already", "run_id": run_id}
+        for orphan in layout.data_files_of(key[:16]):
+            orphan.unlink(missing_ok=True)
+        return _write_locked(layout, res, run_id, key)
+
+
+def _write_locked(layout: Layout, res: ReplayResult, run_id: str, key: str) -> dict[str, Any]:
+    import pyarrow as pa
+
+    source = res.workload.run_id
+    meta = _meta(res, run_id)
+    staged = StagedWrite(layout, key)
+    counts = {"requests": 0, "refused": 0, "tokens": 0, "steps": 0}
+    try:
+        w = res.workload
+        for g, offs, times in res.token_chunks():
+            rel = times - np.repeat(w.arrival[g], np.diff(offs))
+            lists = pa.ListArray.from_arrays(pa.array(offs, pa.int32()), pa.array(rel))
+            v = validate(_frame(res, g, meta, lists), SOURCE_FORMAT, source)
+            if v.rejected.height:  # a bug in the simulator, never the user's data
+                raise RuntimeError(f"replayed rows broke the contract: {v.rejected.row(0)}")
+            staged.add("requests", v.requests)
+            counts["requests"] += v.requests.height
+            counts["tokens"] += v.emissions
+        refused = np.flatnonzero(~res.ok)
+        if len(refused):
+            v = validate(_frame(res, refused, meta, None), SOURCE_FORMAT, source)
+            staged.add("requests", v.requests)
+            counts["refused"] += v.requests.height
+        staged.add("runs", _runs_row(res, run_id, source))
+        steps = res.steps_frame(run_id)
+        counts["steps"] = steps.height
+        # Derived table first: a crash before the manifest leaves a part a re-run overwrites.
+        write_derived(layout, STEPS_TABLE, steps, part=f"part-{key[:16]}")
+        staged.commit(
+            {
+                "sha256": key,
+                "path": f"replay:{source}",
+                "size": -1,
+                "mtime_ns": -1,
+                "format": SOURCE_FORMAT,
+                "run_id": run_id,
+                "counts": {
+                    "read": counts["requests"] + counts["refused"],
+                    "ingested": counts["requests"] + counts["refused"],
+                    "quarantined": 0,
+                    "duplicates": 0,
+                    "arrivals": 0,
+                    "tokens": counts["tokens"],
+                    "summaries": 0,
+                },
+                "status": "ingested",
+                "ingested_at": dt.datetime.now(dt.UTC).isoformat(),
+            }
+        )
+    except BaseException:
+        staged.abort()
+        raise
+    return {"status": "written", "run_id": run_id, **counts}
+
+
+def _runs_row(res: ReplayResult, run_id: str, source: str) -> pl.DataFrame:
+    sc = res.scenario
+    started = None
+    if res.workload.clock == "unix":
+        started = dt.datetime.fromtimestamp(res.workload.t0, dt.UTC)
+    meta = {
+        "replay_of": source,
+        "workload_kind": res.workload.kind,
+        **sc.describe(),
+        "whatif": json.loads(sc.whatif.canonical()),
+    }
+    return pl.DataFrame(
+        {
+            "run_id": [run_id],
+            "model": [sc.model.hf_id],
+            "backend": ["replay"],
+            "request_rate": [float(res.ok.sum()) / max(float(res.workload.arrival.max()), 1e-9)],
+            "max_concurrency": [None],
+            "started_at": [started],
+            "metadata_json": [json.dumps(meta, sort_keys=True, default=str)],
+            "source_file": [source],
+            "source_format": [SOURCE_FORMAT],
+        },
+        schema={
+            "run_id": pl.Utf8,
+            "model": pl.Utf8,
+            "backend": pl.Utf8,
+            "request_rate": pl.Float64,
+            "max_concurrency": pl.Int64,
+            "started_at": pl.Datetime("us", "UTC"),
+            "metadata_json": pl.Utf8,
+            "source_file": pl.Utf8,
+            "source_format": pl.Utf8,
+        },
+    )

@@ -1,0 +1,202 @@
+"""pipeline replay: accuracy against recorded runs, write-back, routing, CLI, sweeps.
+
+Accuracy (issue 6): a run is replayed under its own configuration with step times fitted on a
+*different* run of the same deployment (another load level, another seed); p50 and p90 of TTFT,
+TPOT and E2E must come back within 10 %, including an overloaded run where queueing dominates.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from pipeline import catalog
+from pipeline.cli import main
+from pipeline.fit import fit_warehouse, load
+from pipeline.ingest.run import ingest_paths
+from pipeline.physics import StepCost
+from pipeline.query.named import load as load_query
+from pipeline.query.named import run_named
+from pipeline.replay import compare, load_workload, resolve, run_id_for, run_key, simulate, write
+from pipeline.replay.config import WhatIf
+from pipeline.replay.cost import choose, Target
+from pipeline.sim import EngineConfig
+from pipeline.sim import simulate as sim_one
+from pipeline.sim.cluster import Pool, simulate_pool
+from pipeline.sim.generator import GenerateSpec, generate
+from pipeline.warehouse.layout import Layout
+from pipeline.warehouse.views import connect
+from tests.conftest import REPO
+
+EFF = {"mfu": 0.45, "mbu": 0.72, "step_overhead": 2.5e-3, "seq_overhead": 1.5e-5}
+TOL = 0.10
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """Warehouse with a fit on run 'low' (light load) and two other runs of the deployment."""
+    d = tmp_path_factory.mktemp("replay")
+    layout = Layout(d / "wh")
+    spec = dict(gpu="H100-SXM", model="llama-3.1-8b", efficiencies=EFF)
+    generate(GenerateSpec(requests=1500, seed=21, rate=4.0, **spec), d / "low.jsonl")
+    ingest_paths([d / "low.jsonl"], layout)
+    fit_warehouse(layout, claims=False)
+    truths = {}
+    for name, seed, rate in (("mid", 22, 12.0), ("over", 23, 40.0)):
+        truths[name] = generate(GenerateSpec(requests=1500, seed=seed, rate=rate, **spec),
+                                d / f"{name}.jsonl")  # fmt: skip
+        ingest_paths([d / f"{name}.jsonl"], layout)
+    return layout, truths
+
+
+@pytest.mark.parametrize("run", ["mid", "over"])
+def test_replay_reproduces_recorded_percentiles(fitted, run):
+    layout, truths = fitted
+    w = load_workload(run, layout)
+    fits = load(layout)
+    sc = resolve(WhatIf(), w, fits)
+    assert [p.cost.source for p in sc.pools] == ["fit"]
+    res = simulate(sc, w)
+    table = compare(res)
+    assert table is not None
+    for row in table.filter(pl.col("percentile").is_in(["p50", "p90"])).iter_rows(named=True):
+        assert abs(row["error"]) <= TOL, row
+    if run == "over":  # queueing dominates: TTFT p50 is seconds, not milliseconds
+        assert truths[run]["summary"]["ttft_p50_s"] > 5.0
+
+
+def test_write_back_is_idempotent_and_queryable(fitted, tmp_path):
+    layout, _ = fitted
+    w = load_workload("mid", layout)
+    sc = resolve(WhatIf(name="same"), w, load(layout))
+    res = simulate(sc, w)
+    key = run_key(w, sc, 1.0)
+    run_id = run_id_for(sc, key)
+    first = write(layout, res, run_id, key)
+    assert first["status"] == "written" and first["requests"] == w.n and first["steps"] > 0
+    again = write(layout, simulate(sc, w), run_id, key)
+    assert again["status"] == "already"
+    con = connect(layout)
+    n, fmt, src = con.execute(
+        "SELECT count(*), any_value(source_format), any_value(source_file) FROM requests "
+        "WHERE run_id = ?", [run_id]
+    ).fetchall()[0]  # fmt: skip
+    assert (n, fmt, src) == (w.n, "replay", "mid")
+    # Per-token rows exist and agree with the request-level stamps.
+    toks = con.execute("SELECT count(*) FROM tokens WHERE run_id = ?", [run_id]).fetchall()[0][0]
+    assert toks == int(w.output.sum())
+    steps = con.execute(
+        "SELECT count(*), sum(prefill_tokens), sum(decode_tokens), max(kv_blocks), "
+        "max(kv_blocks_total) FROM steps WHERE run_id = ?", [run_id]
+    ).fetchall()[0]  # fmt: skip
+    assert steps[0] == res.pools["main"].engine_steps
+    assert steps[1] >= int(w.prompt.sum())  # recompute after preemption adds prefill tokens
+    # Every output token but the first of each request is a decode token.
+    assert steps[2] == int(np.maximum(w.output - 1, 0).sum()) or res.preemptions.sum() > 0
+    assert 0 < steps[3] <= steps[4]
+    # The named queries work on the replayed run like on any other.
+    rows = run_named(con, load_query("latency_percentiles", REPO / "queries")).to_pylist()
+    assert len(rows) == 1 and rows[0]["requests"] == 3 * 1500 + w.n
+    cmp = run_named(con, load_query("replay_compare", REPO / "queries")).to_pylist()
+    mine = [r for r in cmp if r["replay_run_id"] == run_id]
+    assert len(mine) == 1 and mine[0]["source_run_id"] == "mid"
+    assert mine[0]["requests"] == w.n
+    assert abs(mine[0]["ttft_p50_replayed"] / mine[0]["ttft_p50_observed"] - 1) <= TOL
+
+
+def test_single_replica_cluster_is_the_engine(fitted):
+    layout, _ = fitted
+    w = load_workload("over", layout)
+    cost = StepCost(catalog.model("llama-3.1-8b"), catalog.gpu("H100-SXM"), **EFF)
+    cfg = EngineConfig(kv_capacity_tokens=60_000, max_num_seqs=64)
+    a = sim_one(w.arrival, w.prompt, w.output, cfg, cost)
+    b = simulate_pool(w.arrival, w.prompt, w.output, Pool(cfg, cost), record_steps=True)
+    np.testing.assert_array_equal(a.finish, b.finish)
+    np.testing.assert_array_equal(a.decode_step_end, b.servers[0].decode_step_end)
+    assert len(b.steps[0]["t_start"]) == a.steps
+    assert int(b.preemptions.sum()) == int(a.preemptions.sum()) > 0  # tight KV: preemption
+    # Least-loaded routing: each server behaves exactly as the engine on what it was sent.
+    c = simulate_pool(w.arrival, w.prompt, w.output, Pool(cfg, cost, 3, "least-loaded"))
+    for k in range(3):
+        g = c.ids[k]
+        r = sim_one(w.arrival[g], w.prompt[g], w.output[g], cfg, cost)
+        np.testing.assert_allclose(r.finish, c.finish[g], rtol=1e-12)
+    counts = np.bincount(c.replica)
+    assert counts.sum() == w.n and counts.min() > 0.25 * w.n
+
+
+def test_nearest_hardware_borrows_fitted_efficiencies(fitted):
+    layout, _ = fitted
+    fits = load(layout)
+    target = Target(catalog.model("llama-3.1-8b"), catalog.gpu("H200"))
+    ch = choose(target, fits)
+    assert ch.source == "nearest-fit" and "H100-SXM" in ch.describe and "H200" in ch.describe
+    fm = next(iter(fits.values()))
+    assert ch.cost.decode.mbu == pytest.approx(fm.decode.mbu)
+    assert ch.cost.decode.gpu.name == "H200"
+    default = choose(target, {})
+    assert default.source == "default" and "default efficiencies" in default.describe
+
+
+def test_cli_replay_compare_sweep(fitted, tmp_path):
+    layout, _ = fitted
+    cfg = tmp_path / "two.toml"
+    cfg.write_text('name = "two"\n[deployment]\nreplicas = 2\nrouting = "least-loaded"\n')
+    runner = CliRunner()
+    args = ["replay", "--workload", "over", "-w", str(layout.root), "--config", str(cfg)]
+    r = runner.invoke(main, [*args, "--compare", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout.strip().splitlines()[-1])
+    assert doc["run_id"].startswith("replay-two-") and doc["summary"]["gpus"] == 2
+    assert doc["write"]["status"] == "written"
+    # Two servers serve an overloaded run far faster than the one it was recorded on.
+    ttft = {c["percentile"]: c for c in doc["compare"] if c["metric"] == "ttft"}
+    assert ttft["p50"]["replayed_s"] < 0.2 * ttft["p50"]["observed_s"]
+    r2 = runner.invoke(main, [*args, "--json"])
+    assert json.loads(r2.stdout.strip().splitlines()[-1])["write"]["status"] == "already"
+    r3 = runner.invoke(
+        main,
+        ["replay", "--workload", "over", "-w", str(layout.root), "--sweep", "gpus=1,2,4",
+         "--slo-ttft", "1.0", "--slo-tpot", "0.1", "--rate-scale", "0.5"],
+    )  # fmt: skip
+    assert r3.exit_code == 0, r3.output
+    assert "cheapest configuration meeting the SLO: gpus=2" in r3.output, r3.output
+    bad = runner.invoke(main, ["replay", "--workload", "nope", "-w", str(layout.root)])
+    assert bad.exit_code == 2 and "neither a run_id" in bad.output
+
+
+def test_rate_scale_and_truncation(fitted):
+    layout, _ = fitted
+    w = load_workload("mid", layout)
+    s = w.scaled(2.0, 100)
+    assert s.n == 100 and s.observed is None
+    np.testing.assert_allclose(s.arrival, w.arrival[:100] / 2.0)
+
+
+def test_replay_of_an_arrivals_trace(shared, tmp_path):
+    layout = Layout(tmp_path / "wh")
+    ingest_paths([shared / "real_traces/azure_llm_2023/AzureLLMInferenceTrace_conv.head.csv"],
+                 layout)  # fmt: skip
+    run = connect(layout).execute("SELECT any_value(run_id) FROM arrivals").fetchall()[0][0]
+    w = load_workload(run, layout)
+    assert w.kind == "arrivals" and w.n > 1000
+    with pytest.raises(ValueError, match="deployment.model"):
+        resolve(WhatIf(), w, {})
+    wi = WhatIf.model_validate(
+        {"name": "azure", "deployment": {"model": "llama-3.1-70b", "gpu": "H100-SXM", "tp": 4,
+                                         "replicas": 2}, "workload": {"max_requests": 400}}
+    )  # fmt: skip
+    w = w.scaled(1.0, 400)
+    sc = resolve(wi, w, {})
+    res = simulate(sc, w)
+    out = write(layout, res, run_id_for(sc, run_key(w, sc, 1.0)), run_key(w, sc, 1.0))
+    assert out["requests"] + out["refused"] == 400
+    assert compare(res) is None  # no observed latencies in an arrivals trace
+    row = connect(layout).execute(
+        "SELECT count(*), min(ttft_s) FROM requests WHERE source_format = 'replay'"
+    ).fetchall()[0]  # fmt: skip
+    assert row[0] == 400 and row[1] > 0
