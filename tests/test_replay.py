@@ -23,7 +23,7 @@ from pipeline.query.named import load as load_query
 from pipeline.query.named import run_named
 from pipeline.replay import compare, load_workload, resolve, run_id_for, run_key, simulate, write
 from pipeline.replay.config import WhatIf
-from pipeline.replay.cost import choose, Target
+from pipeline.replay.cost import Target, choose
 from pipeline.sim import EngineConfig
 from pipeline.sim import simulate as sim_one
 from pipeline.sim.cluster import Pool, simulate_pool
@@ -184,7 +184,7 @@ def test_replay_of_an_arrivals_trace(shared, tmp_path):
     run = connect(layout).execute("SELECT any_value(run_id) FROM arrivals").fetchall()[0][0]
     w = load_workload(run, layout)
     assert w.kind == "arrivals" and w.n > 1000
-    with pytest.raises(ValueError, match="deployment.model"):
+    with pytest.raises(ValueError, match=r"deployment\.model"):
         resolve(WhatIf(), w, {})
     wi = WhatIf.model_validate(
         {"name": "azure", "deployment": {"model": "llama-3.1-70b", "gpu": "H100-SXM", "tp": 4,
