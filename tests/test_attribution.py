@@ -1,0 +1,236 @@
+"""Attribution: per-request parts add up exactly, Shapley properties, predicates, the CLI,
+missing fields, elasticities against the physics."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline import attribution, catalog
+from pipeline.attribution.elasticity import ols
+from pipeline.attribution.per_request import DECODE_PARTS, TTFT_PARTS
+from pipeline.attribution.shapley import shapley, two_way
+from pipeline.cli import main
+from pipeline.ingest.run import ingest_paths
+from pipeline.physics import StepCost
+from pipeline.sim.generator import GenerateSpec, generate
+from pipeline.warehouse.layout import Layout
+from pipeline.warehouse.views import connect
+
+SMALL = {"prompt_median": 400.0, "prompt_sigma": 0.6, "output_median": 120.0,
+         "output_sigma": 0.6, "max_output": 600}  # fmt: skip
+
+
+def _warehouse(tmp_path: Path, *specs: GenerateSpec) -> Layout:
+    layout = Layout(tmp_path / "wh")
+    paths = []
+    for i, spec in enumerate(specs):
+        p = tmp_path / f"t{i}.jsonl"
+        generate(spec, p)
+        paths.append(p)
+    ingest_paths(paths, layout)
+    return layout
+
+
+@pytest.fixture(scope="module")
+def busy(tmp_path_factory) -> Layout:
+    d = tmp_path_factory.mktemp("busy")
+    return _warehouse(d, GenerateSpec(requests=600, seed=31, rate=3.0, workload=SMALL))
+
+
+# ------------------------------------------------------------------ per request
+def test_parts_sum_exactly_to_observed(busy):
+    req, _, _ = attribution.run(busy)
+    assert req.height == 600 and req["fitted"].all()
+    ttft = sum(req[c] for c in TTFT_PARTS)
+    assert np.max(np.abs((ttft - req["ttft_s"]).to_numpy())) <= 1e-12
+    dec = req.filter(pl.col("decode_steps").is_not_null())
+    total = sum(dec[c] for c in DECODE_PARTS)
+    assert np.max(np.abs((total - dec["decode_s"]).to_numpy())) <= 1e-12
+    assert (req["ttft_rest_covers"] == "interference+overheads").all()
+    # The derived table holds the same rows.
+    con = connect(busy)
+    assert con.execute("SELECT count(*) FROM attribution_requests").fetchone()[0] == 600
+
+
+def test_isolated_requests_have_no_interference(tmp_path):
+    """A request that shares no step with another (nothing else in flight from its arrival to
+    its finish): prefill compute is its whole prefill and its decode steps are the model's at
+    batch 1, so both rests vanish (to the logs' 1 us rounding and the fit's ~1e-6 error)."""
+    spec = GenerateSpec(requests=60, seed=32, rate=0.01, workload=SMALL)
+    layout = _warehouse(tmp_path, spec)
+    req, _, _ = attribution.run(layout)
+    t = pl.read_ndjson(tmp_path / "t0.jsonl").sort("arrival_ts")
+    alone = t.filter(
+        (pl.col("arrival_ts").shift(-1).fill_null(float("inf")) > pl.col("finish_ts"))
+        & (pl.col("finish_ts").shift(1).fill_null(0.0) < pl.col("arrival_ts"))
+    ).select("request_id")
+    iso = req.join(alone, on="request_id")
+    assert iso.height >= 40
+    assert (iso["load"] == 1).all() and iso["decode_batch"].to_numpy() == pytest.approx(1.0)
+    assert np.abs(iso["ttft_rest_s"].to_numpy()).max() < 5e-6
+    rel = (iso["decode_interference_s"] / iso["decode_s"]).drop_nulls().to_numpy()
+    assert np.abs(rel).max() < 1e-4
+    assert (iso["decode_compute_s"] == 0).all()  # batch 1 is deep in the memory-bound regime
+
+
+def test_missing_scheduled_time_keeps_queue_in_the_rest(busy, tmp_path):
+    """Without a scheduled timestamp the queue cannot be split off: it stays in the rest."""
+    rows = pl.read_ndjson(busy.root.parent / "t0.jsonl").drop("scheduled_ts")
+    p = tmp_path / "noqueue.jsonl"
+    rows.write_ndjson(p)
+    layout = Layout(tmp_path / "wh2")
+    ingest_paths([p], layout)
+    req, _, _ = attribution.run(layout)
+    assert req["ttft_queue_s"].null_count() == req.height
+    assert req["ttft_rest_covers"].str.starts_with("queue+interference").all()
+    total = req["ttft_prefill_compute_s"] + req["ttft_rest_s"]
+    assert np.abs((total - req["ttft_s"]).to_numpy()).max() <= 1e-12
+
+
+# ------------------------------------------------------------------ Shapley properties
+values = st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=2, max_size=64)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 6).flatmap(lambda k: st.lists(
+    st.floats(-1e3, 1e3, allow_nan=False), min_size=1 << k, max_size=1 << k)))  # fmt: skip
+def test_shapley_sums_to_total(v):
+    v = np.array(v)
+    phi = shapley(v)
+    assert phi.sum() == pytest.approx(v[-1] - v[0], abs=1e-9 * (1 + np.abs(v).max()))
+    block = np.arange(len(phi)) % 2 == 0
+    if len(phi):
+        tw = two_way(v, block)
+        assert tw["block"] + tw["rest"] == pytest.approx(
+            v[-1] - v[0], abs=1e-9 * (1 + np.abs(v).max())
+        )
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 5), st.data())
+def test_shapley_is_order_independent_and_additive(k, data):
+    """Relabelling factors permutes their values; an additive game gives each its own effect."""
+    effects = np.array(data.draw(st.lists(st.floats(-10, 10), min_size=k, max_size=k)))
+    m = np.arange(1 << k)
+    v = np.array([sum(effects[i] for i in range(k) if s >> i & 1) for s in m]) + 3.0
+    assert shapley(v) == pytest.approx(effects, abs=1e-9)
+    perm = np.array(data.draw(st.permutations(range(k))))
+    # Coalition s in the permuted game holds factor perm[i] where s has bit i.
+    pv = np.array([v[sum(1 << perm[i] for i in range(k) if s >> i & 1)] for s in m])
+    assert shapley(pv) == pytest.approx(shapley(v)[perm], abs=1e-9)
+
+
+def test_identical_slices_attribute_zero(busy):
+    _, _, comp = attribution.run(busy, "gpu = 'H100-SXM'", "gpu = 'H100-SXM'")
+    assert comp is not None and comp.evaluations == 1
+    assert (comp.frame["contribution"] == 0).all()
+    assert (comp.frame["share"] == 0).all()
+
+
+# ------------------------------------------------------------------ predicates and CLI
+@pytest.mark.parametrize(
+    "bad, why",
+    [
+        ("1=1; DROP TABLE requests", "single expression"),
+        ("gpu IN (SELECT gpu FROM runs)", "subquery"),
+        ("1=1) UNION SELECT * FROM requests WHERE (1=1", "plain condition"),
+        ("1=1) LIMIT 5 --", "single expression"),
+        ("no_such_column = 1", "does not bind"),
+        ("gpu = $g", "needs --param g"),
+        ("", "empty"),
+    ],
+)
+def test_predicates_are_checked(busy, bad, why):
+    con = connect(busy)
+    with pytest.raises(attribution.PredicateError, match=why):
+        attribution.predicates.check(con, bad)
+
+
+def test_cli_compare_json_and_exit_codes(tmp_path):
+    spec_b = GenerateSpec(requests=300, seed=33, rate=2.0, workload=SMALL,
+                          start=datetime(2026, 10, 1, tzinfo=UTC))  # fmt: skip
+    spec_c = GenerateSpec(requests=300, seed=33, rate=4.0, workload=SMALL,
+                          start=datetime(2026, 11, 2, tzinfo=UTC))  # fmt: skip
+    layout = _warehouse(tmp_path, spec_b, spec_c)
+    w = str(layout.root)
+    r = CliRunner().invoke(main, ["attribute", "-w", w, "--baseline", "arrival_at < $t",
+                                  "--candidate", "arrival_at >= $t", "--param",
+                                  "t=2026-11-01", "--format", "json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    body = json.loads(r.stdout)
+    rows = [x for x in body["attribution"] if x["metric"] == "ttft_mean"]
+    assert {x["factor"] for x in rows if x["changed"]} == {"load", "efficiency"}
+    assert sum(x["share"] for x in rows) == pytest.approx(1.0, abs=1e-9)
+    # The report's table: factor + contribution + share + before/after per metric.
+    con = connect(layout)
+    got = con.execute("SELECT count(*), count(DISTINCT metric) FROM attribution").fetchone()
+    assert got == (36, 4)
+    r = CliRunner().invoke(
+        main, ["attribute", "-w", w, "--baseline", "x = 1", "--candidate", "1=1"]
+    )
+    assert r.exit_code == 2 and "does not bind" in r.output
+    r = CliRunner().invoke(main, ["attribute", "-w", w, "--baseline", "gpu = 'none'",
+                                  "--candidate", "1=1"])  # fmt: skip
+    assert r.exit_code == 3 and "selects no successful requests" in r.output
+    r = CliRunner().invoke(main, ["attribute", "-w", w, "--format", "csv"])
+    assert r.exit_code == 0 and r.stdout.startswith("model,gpu,gpu_count,requests")
+
+
+def test_without_gpu_nothing_is_simulated_and_it_says_which_factors(busy, tmp_path):
+    """A log without the GPU (and no --set gpu=) cannot be simulated: the change is reported
+    whole as 'unattributed' and the factors that cannot be attributed are named."""
+    rows = pl.read_ndjson(busy.root.parent / "t0.jsonl").drop("gpu")
+    p = tmp_path / "nogpu.jsonl"
+    rows.write_ndjson(p)
+    layout = Layout(tmp_path / "wh3")
+    ingest_paths([p], layout)
+    req, _, comp = attribution.run(
+        layout, "request_id < 'req-0000300'", "request_id >= 'req-0000300'"
+    )
+    assert comp is not None and "hardware" in comp.not_attributable
+    assert set(comp.frame["factor"]) == {"unattributed"}
+    assert any("without gpu" in n for n in comp.notes)
+    ttft = comp.frame.filter(pl.col("metric") == "ttft_mean")
+    assert ttft["contribution"][0] == pytest.approx(ttft["after"][0] - ttft["before"][0])
+    # Per request: no fit, so prefill compute is not separable and the rest says so.
+    assert req["ttft_prefill_compute_s"].null_count() == req.height
+    assert req["ttft_rest_covers"].str.starts_with("prefill+interference").all()
+    assert req["decode_rest_covers"].str.starts_with("not separable").all()
+
+
+# ------------------------------------------------------------------ elasticities
+def test_ols_recovers_a_known_slope():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 3, 500)
+    fit = ols(2.0 + 0.7 * x + rng.normal(0, 0.1, 500), {"x": x})["x"]
+    assert fit["ci_low"] < 0.7 < fit["ci_high"] and fit["ci_high"] - fit["ci_low"] < 0.05
+
+
+def test_ttft_elasticity_matches_the_prefill_physics(tmp_path):
+    """Isolated requests: TTFT is the prefill step, so the log-log slope against prompt length
+    must equal the slope of the true StepCost's prefill time over the same prompts."""
+    spec = GenerateSpec(requests=200, seed=34, rate=0.002, workload=SMALL)
+    truth = generate(spec, tmp_path / "t.jsonl")
+    layout = Layout(tmp_path / "wh")
+    ingest_paths([tmp_path / "t.jsonl"], layout)
+    req, el, _ = attribution.run(layout)
+    c = truth["cost"]
+    cost = StepCost(catalog.model(c["model"]), catalog.gpu(c["gpu"]), mfu=c["mfu"], mbu=c["mbu"],
+                    step_overhead=c["step_overhead"], seq_overhead=c["seq_overhead"])  # fmt: skip
+    prompt = req["prompt_tokens"].to_numpy().astype(float)
+    expected = ols(np.log(cost.prefill_time(prompt)), {"p": np.log(prompt)})["p"]["slope"]
+    row = el.filter((pl.col("metric") == "ttft") & (pl.col("regressor") == "prompt_tokens"))
+    assert row.height == 1  # load is constant (1): prompt is the only regressor
+    assert row["elasticity"][0] == pytest.approx(expected, abs=0.01)
+    assert row["ci_low"][0] <= row["elasticity"][0] <= row["ci_high"][0]
+    assert not math.isnan(row["r2"][0])
