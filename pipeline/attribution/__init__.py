@@ -41,19 +41,12 @@ __all__ = [
     "elasticities",
     "per_request",
     "run",
+    "write_empty_if_absent",
 ]
 
 
 def per_request(con: duckdb.DuckDBPyConnection, fits: dict[GroupKey, FittedModel]) -> pl.DataFrame:
     return decompose(load_requests(con), fits)
-
-
-def write_empty(layout) -> None:  # type: ignore[no-untyped-def]
-    """Write every attribution table empty, so that queries over them run on any warehouse."""
-    from pipeline.warehouse.derived import write_derived
-
-    for name, schema in TABLES.items():
-        write_derived(layout, name, pl.DataFrame(schema=schema))
 
 
 def run(
@@ -94,3 +87,13 @@ def run(
     frame = comp.frame if comp is not None else pl.DataFrame(schema=ATTRIBUTION_SCHEMA)
     write_derived(layout, "attribution", frame)
     return req, el, comp
+
+
+def write_empty_if_absent(layout) -> None:  # type: ignore[no-untyped-def]
+    """Write the attribution tables empty where they do not exist yet (for `pipeline fit` to
+    call, so that named queries over them run on any fitted warehouse)."""
+    from pipeline.warehouse.derived import write_derived
+
+    for name, schema in TABLES.items():
+        if not any((layout.root / name).glob("*.parquet")):
+            write_derived(layout, name, pl.DataFrame(schema=schema))
