@@ -108,15 +108,18 @@ def json_text(s: pl.Series) -> pl.Series:
 def write_detailed(path: Path, n: int) -> None:
     arrays = synth_arrays(n)
     ok = int((arrays["errors"] == "").sum())
+    duration = float(arrays["start_times"].max()) - 1000.0
     head = (
         '{"date": "20260101-120000", "endpoint_type": "vllm", "backend": "vllm", "label": null, '
         '"model_id": "meta-llama/Llama-3.1-8B-Instruct", '
         '"tokenizer_id": "meta-llama/Llama-3.1-8B-Instruct", '
         f'"num_prompts": {n}, "request_rate": "inf", "burstiness": 1.0, '
-        f'"max_concurrency": 256, "duration": {float(arrays["start_times"].max()) - 1000.0}, '
+        f'"max_concurrency": 256, "duration": {duration}, '
         f'"completed": {ok}, "failed": {n - ok}, '
         f'"total_input_tokens": {int(arrays["input_lens"].sum())}, '
-        f'"total_output_tokens": {int(arrays["output_lens"].sum())}'
+        f'"total_output_tokens": {int(arrays["output_lens"].sum())}, '
+        f'"request_throughput": {ok / duration}, "request_goodput": null, '
+        f'"output_throughput": {int(arrays["output_lens"].sum()) / duration}'
     )
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
@@ -160,6 +163,24 @@ def main() -> None:
         b_wall, b_rss = measured([PY, "-c", baseline, str(src)])
         shutil.rmtree(wh, ignore_errors=True)
         o_wall, o_rss = measured([*ingest, "-q"])
+        check = subprocess.run(
+            [
+                PY,
+                "-m",
+                "pipeline",
+                "query",
+                "-w",
+                str(wh),
+                "--format",
+                "csv",
+                "--sql",
+                "SELECT count(*) AS n, sum(len(token_times)) AS t FROM requests",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        print(f"  warehouse: requests, token times = {check[-1]}")
         print(f"run {rep}:")
         print(f"  {'':28}{'wall s':>10}{'peak RSS MiB':>15}")
         print(f"  {'duckdb read_json -> parquet':28}{b_wall:>10.1f}{b_rss:>15.0f}")
