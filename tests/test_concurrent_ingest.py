@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -116,16 +117,6 @@ def test_workers_on_disjoint_and_overlapping_shards(tmp_path):
     _check_exactly_once(wh, N_FILES, PER_FILE)
 
 
-RECOVERY_RACES = (
-    "races in pipeline/ingest/run.py when a killed worker left files behind: (1) recover() "
-    "holds lock(sha16) of the dead worker's file while deleting its orphans, and a live worker "
-    "that reaches that file meanwhile gets status 'busy' (ingest_file, non-blocking lock) and "
-    "skips it, so no one ingests it in this round; (2) recover() decides what is an orphan "
-    "before taking the lock and does not re-check, so it can delete the files a live worker has "
-    "just committed for that same file (same part names). See docs/fleet.md 'Known races'."
-)
-
-
 def _kill_before_commit(files: list[Path], wh: Path) -> None:
     killed = _start(files, wh, {"PIPELINE_TEST_CRASH_AT": "before_manifest"})
     killed.communicate(timeout=180)
@@ -146,9 +137,8 @@ def test_killed_worker_then_recovery_pass_then_workers(tmp_path):
     assert sum(r["ingested"] for r in live) == (N_FILES - 2) * PER_FILE
 
 
-@pytest.mark.xfail(strict=False, reason=RECOVERY_RACES)
 def test_a_killed_worker_among_live_ones(tmp_path):
-    """One worker died by SIGKILL before its commit; three start together (fails ~1 run in 3)."""
+    """One worker died by SIGKILL before its commit; three start together."""
     files = _logs(tmp_path / "logs")
     wh = tmp_path / "warehouse"
     _kill_before_commit(files[0:2], wh)
@@ -156,17 +146,20 @@ def test_a_killed_worker_among_live_ones(tmp_path):
     _check_exactly_once(wh, N_FILES, PER_FILE)
 
 
-@pytest.mark.xfail(strict=True, reason=RECOVERY_RACES)
 def test_recovery_lock_never_makes_a_worker_skip_a_file(tmp_path):
-    """Replays race (1): a real worker reaches the file while another's recover() holds its lock."""
+    """A real worker reaches the file while another's recover() holds its lock: it waits for
+    the lock (instead of skipping the file), then ingests it."""
     files = _logs(tmp_path / "logs", n_files=1, per_file=50)
     wh = tmp_path / "warehouse"
     _kill_before_commit(files, wh)
     layout = Layout(wh)
     (sha16,) = layout.orphans()
-    with layout.lock(sha16) as got:  # what recover() does at run.py:326 while it unlinks
+    with layout.lock(sha16) as got:  # what recover() does while it unlinks
         assert got
-        (worker,) = _finish([_start(files, wh)])
+        proc = _start(files, wh)
+        time.sleep(1.0)
+        assert proc.poll() is None  # still waiting for the lock
+    (worker,) = _finish([proc])
     assert worker["ingested"] == 50, f"the worker skipped the file: {worker}"
 
 
@@ -179,16 +172,6 @@ def test_many_workers_one_file_each(tmp_path):
     _check_exactly_once(wh, 12, 300)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "race in pipeline/ingest/run.py recover(): the orphan list is computed by "
-        "layout.orphans() before each lock(sha16) is taken and is not re-checked after, so a "
-        "worker that scanned while another was between moving its data files into place and "
-        "writing its manifest deletes those files once that worker commits and releases the lock; "
-        "the manifest then lists missing files (see docs/fleet.md, 'Known races')"
-    ),
-)
 def test_recovery_never_deletes_files_committed_meanwhile(tmp_path):
     """Replays, step by step, one interleaving of two real workers A and B.
 

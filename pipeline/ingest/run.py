@@ -34,7 +34,7 @@ _HASH_SEED = 0x5EED
 @dataclass
 class FileResult:
     path: Path
-    status: str  # ingested | already | busy | empty | skipped
+    status: str  # ingested | already | empty
     format: str | None = None
     sha256: str | None = None
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNT_KEYS, 0))
@@ -166,10 +166,9 @@ class Ingestor:
         if self.layout.manifest_file(sha).exists():
             result.message = "already ingested (same content hash)"
             return result
-        with self.layout.lock(sha[:16]) as got:
-            if not got:
-                result.status, result.message = "busy", "being ingested by another process"
-                return result
+        # Wait for a process that holds this file's lock (another worker ingesting the same
+        # content, or a recovery deleting what a killed run left): then re-check the manifest.
+        with self.layout.lock(sha[:16], blocking=True):
             if self.layout.manifest_file(sha).exists():
                 result.message = "already ingested (same content hash)"
                 return result
@@ -336,7 +335,9 @@ def recover(layout: Layout) -> int:
     removed = 0
     for sha16, files in layout.orphans().items():
         with layout.lock(sha16) as got:
-            if got:
+            # Re-check under the lock: a live worker may have committed this file since we
+            # listed the orphans, and its files (same names) must not be deleted.
+            if got and not any(layout.manifest_dir.glob(f"{sha16}*.json")):
                 for f in files:
                     f.unlink(missing_ok=True)
                     removed += 1
