@@ -47,8 +47,8 @@ test: venv-full browser lint
 demo: venv
 	$(BIN)/pipeline ingest sample_traces/ --warehouse $(WAREHOUSE)
 	$(BIN)/pipeline query latency_percentiles --warehouse $(WAREHOUSE) --format table
-	$(BIN)/pipeline query ttft_by_prompt_length --warehouse $(WAREHOUSE) --format table
-	$(BIN)/pipeline query throughput_by_window --warehouse $(WAREHOUSE) --param window_s=60 --format csv --out $(WAREHOUSE)/throughput_by_window.csv
+	$(BIN)/pipeline fit --warehouse $(WAREHOUSE)
+	$(BIN)/pipeline query cost_mfu_mbu --warehouse $(WAREHOUSE) --format table
 	$(BIN)/pipeline report --warehouse $(WAREHOUSE) --out reports/
 
 bench: venv
