@@ -18,8 +18,6 @@ and prints wall time, peak RSS (os.wait4) and the ratio. Results go to docs/PERF
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -30,33 +28,11 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-OUT = Path(__file__).resolve().parent / "out"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import OUT, machine, measured
+
 PY = sys.executable
 CHUNK = 100_000  # requests rendered to JSON text per Polars call
-
-
-def measured(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one child process."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(cmd)}")
-    return wall, usage.ru_maxrss / 1024
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, Python {platform.python_version()}"
 
 
 def synth_arrays(n: int, seed: int = 1) -> dict[str, pl.Series]:
