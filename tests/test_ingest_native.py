@@ -1,4 +1,4 @@
-"""Our own format: valid records round-trip, every kind of bad input is quarantined with a reason."""
+"""Our own format: records round-trip; each kind of bad input is quarantined with a reason."""
 
 from __future__ import annotations
 
@@ -187,7 +187,7 @@ def test_set_fills_only_missing_metadata(tmp_path):
 
 
 def test_run_manifest_beside_the_log(tmp_path):
-    path = write_jsonl(tmp_path / "in" / "m.jsonl", [record(0, gpu=None, max_num_seqs=None)])
+    write_jsonl(tmp_path / "in" / "m.jsonl", [record(0, gpu=None, max_num_seqs=None)])
     (tmp_path / "in" / "run.toml").write_text('gpu = "L40S"\nmax_num_seqs = 64\n')
     t, con = _ingest(tmp_path, tmp_path / "in")
     assert t["files"] == 1  # the manifest itself is not ingested

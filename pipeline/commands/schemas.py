@@ -11,8 +11,13 @@ from pipeline.schema.export import stale, write
 
 
 @click.command("schemas")
-@click.option("--dir", "directory", default="schemas", show_default=True,
-              type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--dir",
+    "directory",
+    default="schemas",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+)
 @click.option("--check", is_flag=True, help="Exit 1 if the files differ from the code.")
 def command(directory: Path, check: bool) -> None:
     """Write the record JSON Schema and the warehouse table schemas into schemas/.

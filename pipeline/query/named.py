@@ -113,6 +113,8 @@ WRITTEN_BY = {
     "cost_models": "pipeline fit",
     "claims": "pipeline fit",
     "attribution": "pipeline attribute",
+    "attribution_requests": "pipeline attribute",
+    "attribution_elasticities": "pipeline attribute",
     "steps": "pipeline replay",
 }
 
