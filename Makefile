@@ -49,6 +49,9 @@ demo: venv
 	$(BIN)/pipeline query latency_percentiles --warehouse $(WAREHOUSE) --format table
 	$(BIN)/pipeline fit --warehouse $(WAREHOUSE)
 	$(BIN)/pipeline query cost_mfu_mbu --warehouse $(WAREHOUSE) --format table
+	$(BIN)/pipeline attribute --warehouse $(WAREHOUSE) \
+	  --baseline "gpu = 'H100-SXM' AND model = 'meta-llama/Llama-3.1-8B'" \
+	  --candidate "gpu = 'A100-80GB' AND model = 'meta-llama/Llama-3.1-8B'"
 	$(BIN)/pipeline report --warehouse $(WAREHOUSE) --out reports/
 
 bench: venv
