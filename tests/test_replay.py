@@ -200,3 +200,15 @@ def test_replay_of_an_arrivals_trace(shared, tmp_path):
         "SELECT count(*), min(ttft_s) FROM requests WHERE source_format = 'replay'"
     ).fetchall()[0]  # fmt: skip
     assert row[0] == 400 and row[1] > 0
+
+
+def test_example_configs_resolve(fitted):
+    layout, _ = fitted
+    from pipeline.replay import load_config
+
+    w = load_workload("mid", layout).scaled(1.0, 50)
+    for path in sorted((REPO / "examples/whatif").glob("*.toml")):
+        sc = resolve(load_config(path), w, load(layout))
+        res = simulate(sc, w, record_steps=False)
+        assert res.ok.sum() + (~res.ok).sum() == 50, path.name
+        assert np.all(np.isfinite(res.finish[res.ok])), path.name

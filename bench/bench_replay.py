@@ -1,0 +1,128 @@
+"""Speed of `pipeline replay`'s simulation: 1 million requests under continuous batching, and
+the speed-up of the event-driven engine over the step-by-step oracle on a smaller trace.
+
+    python bench/bench_replay.py [--requests 1000000] [--oracle-requests 3000] [--write]
+
+Workload: Llama-3.1-8B on one H100-SXM (roofline step costs, MFU 0.5, MBU 0.7, 2 ms per step,
+10 us per sequence), chunked prefill, paged KV at vLLM's default sizing; prompts lognormal
+(median 700, sigma 0.9), outputs lognormal (median 200, sigma 0.9), Poisson arrivals at 8/s
+(about 75 % of the server's capacity). The replay path is the real one (`resolve` +
+`simulate` with the per-step log that feeds the `steps` table); `--write` also times writing
+it into a fresh warehouse (requests with per-token times + steps). Results go to
+docs/PERFORMANCE.md ("Replay") by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline import catalog
+from pipeline.physics import StepCost
+from pipeline.replay import resolve, run_id_for, run_key, simulate, write
+from pipeline.replay.config import WhatIf
+from pipeline.replay.workload import Workload
+from pipeline.sim import EngineConfig
+from pipeline.sim.cluster import Pool, simulate_pool
+from pipeline.warehouse.layout import Layout
+
+WHATIF = WhatIf.model_validate(
+    {"name": "bench", "cost": {"source": "roofline", "mfu": 0.5, "mbu": 0.7,
+                               "step_overhead": 2e-3, "seq_overhead": 1e-5}}
+)  # fmt: skip
+
+
+def workload(n: int, rate: float, seed: int = 0) -> Workload:
+    rng = np.random.default_rng(seed)
+    arr = np.cumsum(rng.exponential(1 / rate, n))
+    p = np.clip(np.rint(np.exp(rng.normal(np.log(700), 0.9, n))), 8, 8000).astype(np.int64)
+    o = np.clip(np.rint(np.exp(rng.normal(np.log(200), 0.9, n))), 1, 4096).astype(np.int64)
+    return Workload(
+        source="bench", run_id="bench", kind="arrivals",
+        request_id=[f"r{i}" for i in range(n)], arrival=arr - arr[0], prompt=p, output=o,
+        cached=np.zeros(n, np.int64), recorded={"model": "llama-3.1-8b", "gpu": "H100-SXM"},
+    )  # fmt: skip
+
+
+def bench_big(n: int, rate: float, do_write: bool) -> dict:
+    w = workload(n, rate)
+    sc = resolve(WHATIF, w)
+    t0 = time.perf_counter()
+    res = simulate(sc, w, record_steps=True)
+    sim_s = time.perf_counter() - t0
+    pr = res.pools["main"]
+    out = {
+        "requests": n,
+        "rate": rate,
+        "simulate_s": round(sim_s, 2),
+        "engine_steps": pr.engine_steps,
+        "python_iterations": pr.iterations,
+        "simulated_hours": round(float(np.nanmax(res.finish)) / 3600, 2),
+        "ttft_p50_s": round(res.summary()["ttft_p50"], 4),
+        "steps_logged": int(sum(len(s["t_start"]) for s in pr.steps)),
+    }
+    if do_write:
+        with tempfile.TemporaryDirectory() as tmp:
+            layout = Layout(Path(tmp) / "wh")
+            key = run_key(w, sc, 1.0)
+            t1 = time.perf_counter()
+            counts = write(layout, res, run_id_for(sc, key), key)
+            out["write_s"] = round(time.perf_counter() - t1, 2)
+            out["tokens_written"] = counts["tokens"]
+    out["peak_rss_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+    return out
+
+
+def bench_oracle(n: int, rate: float) -> dict:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.test_sim_engine import oracle
+
+    w = workload(n, rate, seed=1)
+    m, g = catalog.model("llama-3.1-8b"), catalog.gpu("H100-SXM")
+    cost = StepCost(m, g, mfu=0.5, mbu=0.7, step_overhead=2e-3, seq_overhead=1e-5)
+    cfg = EngineConfig(kv_capacity_tokens=400_000)
+    t0 = time.perf_counter()
+    ref = oracle(w.arrival.tolist(), w.prompt.tolist(), w.output.tolist(), [0] * n, cfg, cost)
+    oracle_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    r = simulate_pool(w.arrival, w.prompt, w.output, Pool(cfg, cost), record_steps=True)
+    engine_s = time.perf_counter() - t0
+    fin = np.asarray(ref[2] if isinstance(ref, tuple) else ref["finish"], dtype=float)
+    err = float(np.nanmax(np.abs(fin - r.finish) / np.maximum(np.abs(fin), 1e-9)))
+    return {
+        "requests": n,
+        "rate": rate,
+        "oracle_s": round(oracle_s, 3),
+        "replay_engine_s": round(engine_s, 3),
+        "speedup": round(oracle_s / engine_s, 1),
+        "max_rel_diff_finish": err,
+        "engine_steps": r.engine_steps,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=1_000_000)
+    ap.add_argument("--rate", type=float, default=8.0)
+    ap.add_argument("--oracle-requests", type=int, default=3000)
+    ap.add_argument("--oracle-rate", type=float, default=2.0)
+    ap.add_argument("--write", action="store_true")
+    a = ap.parse_args()
+    info = {"cpus": os.cpu_count(), "load_avg": os.getloadavg()[0]}
+    print(json.dumps({"machine": info}), flush=True)
+    print(json.dumps({"oracle": bench_oracle(a.oracle_requests, a.oracle_rate)}), flush=True)
+    print(json.dumps({"big": bench_big(a.requests, a.rate, a.write)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
