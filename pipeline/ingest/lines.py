@@ -24,6 +24,7 @@ class LineChunk:
     starts: np.ndarray  # byte offset of each non-blank line in data
     ends: np.ndarray  # end offset (exclusive, without the newline)
     line_numbers: np.ndarray  # 1-based line number in the file of each non-blank line
+    n_lines: int = 0  # lines in data, blank ones included
 
     def line(self, i: int) -> bytes:
         return self.data[int(self.starts[i]) : int(self.ends[i])]
@@ -48,7 +49,7 @@ def _index(data: bytes, first_line: int) -> LineChunk:
     keep = (ends > starts) & ~_WS[first]
     for i in np.flatnonzero((ends > starts) & _WS[first]):
         keep[i] = bool(data[starts[i] : ends[i]].strip())
-    return LineChunk(data, starts[keep], ends[keep], numbers[keep])
+    return LineChunk(data, starts[keep], ends[keep], numbers[keep], len(ends))
 
 
 @dataclass
@@ -111,12 +112,13 @@ def _chunks(blocks, chunk_bytes, max_line_bytes, state):
                     del pending[: cut + 1]
                     line_no += 1
                     continue
-            data = bytes(pending[: cut + 1])
+            with memoryview(pending) as view:
+                data = bytes(view[: cut + 1])  # one copy, not two
             del pending[: cut + 1]
             chunk = _index(data, line_no)
             if len(chunk.starts):
                 yield chunk
-            line_no += data.count(b"\n")
+            line_no += chunk.n_lines
         state["line_no"] = line_no
     if skipping is not None:
         yield skipping
