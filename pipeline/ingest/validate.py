@@ -36,8 +36,8 @@ def _fmt(expr: pl.Expr) -> pl.Expr:
     return expr.round(6).cast(pl.Utf8)
 
 
-def _reason(required: tuple[str, ...]) -> pl.Expr:
-    """The first rule a row breaks, as a sentence; null when the row is valid."""
+def _rules(required: tuple[str, ...]) -> list[tuple[pl.Expr, pl.Expr]]:
+    """(condition, sentence) per rule, in the order they are reported."""
     c = pl.col
     arr, sch, ft, fin = c("arrival_ts"), c("scheduled_ts"), c("first_token_ts"), c("finish_ts")
     tt, tc = c("token_times"), c("token_counts")
@@ -108,6 +108,20 @@ def _reason(required: tuple[str, ...]) -> pl.Expr:
             pl.lit("last token time is after finish_ts"),
         ),
     ]
+    return rules
+
+
+def _broken(required: tuple[str, ...]) -> pl.Expr:
+    """True where a row breaks any rule: booleans only, cheap on every row."""
+    return pl.any_horizontal([cond.fill_null(False) for cond, _ in _rules(required)])
+
+
+def _reason(required: tuple[str, ...]) -> pl.Expr:
+    """The first rule a row breaks, as a sentence; null when the row is valid.
+
+    Builds text for every row it is given, so it runs on the broken rows only.
+    """
+    rules = _rules(required)
     expr = pl.when(rules[0][0]).then(rules[0][1])
     for cond, text in rules[1:]:
         expr = expr.when(cond).then(text)
@@ -157,12 +171,12 @@ def validate(
     df = canonical.with_columns(
         [pl.col(k).fill_null(v) for k, v in _DEFAULTS.items() if k in canonical.columns]
     )
-    df = df.with_columns(_reason=_reason(required))
-    bad = df.filter(pl.col("_reason").is_not_null())
-    good = df.filter(pl.col("_reason").is_null())
+    broken = df.select(_broken(required)).to_series()
+    good = df.filter(~broken)
+    bad = df.filter(broken)
     rejected = bad.select(
         line=pl.col("source_line"),
-        reason=pl.col("_reason"),
+        reason=_reason(required),
         raw=pl.struct(canonical.drop("source_line").columns).struct.json_encode(),
     )
     derived = _derive(good, source_format, source_file)
