@@ -13,8 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from pipeline.ingest.run import ingest_paths, recover, totals
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.views import connect
@@ -203,15 +201,6 @@ def test_recovery_never_deletes_files_committed_meanwhile(tmp_path):
     assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 50
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "race in pipeline/ingest/run.py _Dedup._load_run(): the keys already in the warehouse "
-        "are read once per run_id before the file's commit, so two workers ingesting different "
-        "files that share (run_id, request_id) keys at the same time both keep them; shard by "
-        "run (all files of one run to one worker) to stay exact (docs/fleet.md)"
-    ),
-)
 def test_overlapping_records_in_different_files_are_deduplicated(tmp_path):
     """A rotated log and its copy with one more line share keys; ingested at once by 4 workers."""
     n = 4000

@@ -8,7 +8,9 @@ quarantined record for the lost tail.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import hashlib
 import re
 import shutil
 from collections.abc import Callable
@@ -68,10 +70,21 @@ class _Dedup:
     O(log n) per key: no Python object per key, no re-sorting of everything per batch.
     """
 
+    # A run's lock is held from reading its stored keys until this file commits, so two workers
+    # whose files share a run cannot both keep the same request. Files holding several runs in
+    # opposite orders could wait on each other: after this long, go on without the lock.
+    RUN_LOCK_TIMEOUT_S = 600.0
+
     def __init__(self, layout: Layout):
         self.layout = layout
         self.levels: list[np.ndarray] = []
         self.runs_loaded: set[str] = set()
+        self.held = contextlib.ExitStack()
+        self.unlocked: list[str] = []  # runs whose lock timed out (dedup across workers inexact)
+
+    def close(self) -> None:
+        """Release the run locks (after the commit)."""
+        self.held.close()
 
     def _remember(self, keys: np.ndarray) -> None:
         self.levels.append(np.unique(keys))
@@ -91,6 +104,11 @@ class _Dedup:
         if not new:
             return
         self.runs_loaded.update(new)
+        for run in new:
+            name = "run-" + hashlib.sha1(run.encode()).hexdigest()[:16]
+            got = self.held.enter_context(self.layout.lock(name, timeout=self.RUN_LOCK_TIMEOUT_S))
+            if not got:
+                self.unlocked.append(run)
         files = [str(p) for p in self.layout.committed_files("requests")]
         if not files:
             return
@@ -187,6 +205,7 @@ class Ingestor:
         counts = result.counts
         fmt = self.options.fmt or "unknown"
         self._counts = dict.fromkeys(COUNT_KEYS, 0)
+        self._dedup: _Dedup | None = None
         try:
             try:
                 head = read_head(path)
@@ -203,7 +222,7 @@ class Ingestor:
                     source,
                     fmt,
                     sha,
-                    "binary file (NUL bytes in its first 64 KiB), not a text log",
+                    "binary file (mostly control bytes in its first 64 KiB), not a text log",
                 )
             else:
                 reader = by_name(self.options.fmt) if self.options.fmt else detect(path, head)
@@ -238,6 +257,14 @@ class Ingestor:
         except BaseException:
             staged.abort()
             raise
+        finally:
+            if self._dedup is not None:  # run locks are held until the commit is done
+                if self._dedup.unlocked:
+                    result.message = (
+                        "run lock timed out, duplicates across concurrent workers possible for: "
+                        + ", ".join(self._dedup.unlocked[:3])
+                    )
+                self._dedup.close()
         return result
 
     def _file_problem(self, staged: StagedWrite, source: str, fmt: str, sha: str, reason: str):
@@ -259,7 +286,7 @@ class Ingestor:
             mapping=self.options.mapping,
         )
         fill = {**metadata.run_manifest(path), **self.options.sets}
-        dedup = _Dedup(self.layout)
+        dedup = self._dedup = _Dedup(self.layout)
         last_line = 0
         try:
             for out in reader.read(ctx):

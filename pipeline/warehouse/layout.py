@@ -19,6 +19,7 @@ import fcntl
 import json
 import os
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -99,8 +100,11 @@ class Layout:
 
     # -- locks and recovery ---------------------------------------------------------------
     @contextmanager
-    def lock(self, name: str, blocking: bool = False) -> Iterator[bool]:
-        """An flock on _locks/<name>.lock; yields False if another process holds it.
+    def lock(
+        self, name: str, blocking: bool = False, timeout: float | None = None
+    ) -> Iterator[bool]:
+        """An flock on _locks/<name>.lock; yields False if another process holds it (after
+        waiting up to ``timeout`` seconds when given, forever when ``blocking``).
 
         The kernel drops the lock when its holder dies, so a SIGKILLed ingest never leaves a
         stale lock behind.
@@ -108,9 +112,7 @@ class Layout:
         self.locks_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.locks_dir / f"{name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-            except BlockingIOError:
+            if not _flock(fd, blocking, timeout):
                 yield False
                 return
             yield True
@@ -138,6 +140,21 @@ class Layout:
                 if m and m.group(1) not in committed:
                     found.setdefault(m.group(1), []).append(p)
         return found
+
+
+def _flock(fd: int, blocking: bool, timeout: float | None) -> bool:
+    if blocking and timeout is None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return True
+    deadline = time.monotonic() + (timeout or 0.0)
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
 
 
 def _fsync_dir(d: Path) -> None:
