@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -66,6 +67,64 @@ class _StepLog:
         return {k: v[order] for k, v in out.items()}
 
 
+class _RunLog:
+    """Steps of one continuous-batching server, kept flat while it runs and tabulated at the end.
+
+    A single step is one row of six numbers. A closed-form decode run is (rows logged before it,
+    start time, first decode step, steps, batch, KV blocks before it) plus the decoders' block
+    phases (``hist``): its steps' times are the engine's ``dec_end`` entries and its blocks a
+    cumulative sum of the phases' claims, both expanded with numpy in :meth:`arrays`.
+    """
+
+    def __init__(self, engine: ReplicaEngine) -> None:
+        self.engine = engine
+        self.rows = array("d")  # t_start, t_end, seqs, prefill, decode, kv_blocks per step
+        self.runs = array("d")  # rows before, t_start, first decode step, steps, batch, blocks
+        self.hists = array("i")  # block_size entries per run
+
+    def step(self, t0: float, t1: float, seqs: int, prefill: int, dec: int, used: int) -> None:
+        self.rows.extend((t0, t1, seqs, prefill, dec, used))
+
+    def run(self, e: _Engine, k: int) -> None:
+        """Called by the engine before it applies a run of k decode steps."""
+        self.runs.extend((len(self.rows) // 6, e.t, e.G, k, e.B, e.used))
+        self.hists.extend(e.hist)
+
+    def arrays(self) -> dict[str, NDArray]:
+        rows = np.array(self.rows, dtype=np.float64).reshape(-1, 6)
+        runs = np.array(self.runs, dtype=np.float64).reshape(-1, 6)
+        nr, n_runs = len(rows), len(runs)
+        before, g0, k, b, used0 = (runs[:, c].astype(np.int64) for c in (0, 2, 3, 4, 5))
+        kcum = np.concatenate(([0], np.cumsum(k)))
+        total = nr + int(kcum[-1])
+        if not total:
+            return {c: np.empty(0) for c in STEP_COLUMNS}
+        cols = [np.empty(total), np.empty(total)] + [np.empty(total, np.int64) for _ in range(4)]
+        # Rows go after the runs logged before them, runs after the rows logged before them.
+        row_pos = np.arange(nr) + kcum[np.searchsorted(before, np.arange(nr), side="right")]
+        for c in range(6):
+            cols[c][row_pos] = rows[:, c]
+        rid = np.repeat(np.arange(n_runs), k)
+        u = np.arange(int(kcum[-1])) - kcum[:-1][rid]  # step within its run
+        pos = (before + kcum[:-1])[rid] + u
+        g = g0[rid] + u
+        dec_end = np.frombuffer(self.engine.dec_end, dtype=np.float64)
+        cols[1][pos] = dec_end[g]
+        cols[0][pos] = np.where(u == 0, runs[:, 1][rid], dec_end[np.maximum(g - 1, 0)])
+        cols[2][pos] = cols[4][pos] = b[rid]
+        cols[3][pos] = 0
+        bs = self.engine.bs
+        hist = np.array(self.hists, dtype=np.int64).reshape(n_runs, bs)
+        claims = np.cumsum(hist[rid, (-g) % bs])
+        start = np.concatenate(([0], claims))[kcum[:-1]]
+        cols[5][pos] = used0[rid] + claims - start[rid]
+        out = dict(zip(STEP_COLUMNS, cols, strict=True))
+        if not np.all(out["t_start"][1:] >= out["t_start"][:-1]):
+            order = np.argsort(out["t_start"], kind="stable")
+            out = {c: v[order] for c, v in out.items()}
+        return out
+
+
 class _Recorder:
     """Cost model wrapper that remembers the work of the last step for the step log."""
 
@@ -92,10 +151,9 @@ class ReplicaEngine(_Engine):
         e = np.empty(0, dtype=np.int64)
         super().__init__(np.empty(0), e, e, e, config, cost)
         self.fast = fast
-        self.horizon = math.inf
         self.ids: list[int] = []  # global request index of each local one
         self.finish_times: list[float] = []  # in completion order (non-decreasing)
-        self.log = _StepLog() if record else None
+        self.log: _RunLog | None = _RunLog(self) if record else None  # type: ignore[assignment]
         self._dec_preempted = 0
         if record:
             self.cost = _Recorder(self, cost)
@@ -116,6 +174,22 @@ class ReplicaEngine(_Engine):
         ):  # fmt: skip
             lst.append(v)
         self.ids.append(gid)
+
+    def add_many(self, gid: NDArray, arrival: NDArray, prompt: NDArray, out: NDArray,
+                 cached: NDArray) -> None:  # fmt: skip
+        """``add`` for many requests at once (in arrival order)."""
+        r, m = len(self.arr), len(gid)
+        cached = np.minimum(cached, np.maximum(prompt - 1, 0))
+        self.arr.extend(arrival.tolist())
+        self.order.extend(range(r, r + m))
+        for lst, v in ((self.prompt, prompt), (self.out, out), (self.cached, cached),
+                       (self.p_eff, prompt), (self.done, cached), (self.ids, gid)):  # fmt: skip
+            lst.extend(v.tolist())
+        for lst, x in (
+            (self.emitted, 0), (self.cj, 0), (self.gj, 0), (self.seg, -1), (self.preempted, 0),
+            (self.scheduled, NAN), (self.first, NAN), (self.finish, NAN),
+        ):  # fmt: skip
+            lst.extend([x] * m)
 
     def outstanding(self, t: float) -> int:
         """Requests routed here and not finished by time t."""
@@ -160,33 +234,7 @@ class ReplicaEngine(_Engine):
         super()._step()
         tokens, seqs, used = self.cost.last  # type: ignore[attr-defined]
         dec = b0 - self._dec_preempted if g0 < self.G else 0
-        self.log.rows.append((t0, self.t, int(seqs), int(tokens) - dec, dec, used))
-
-    def _try_decode_run(self) -> bool:
-        g0, b0, used0, t0 = self.G, self.B, self.used, self.t
-        hist = list(self.hist) if self.log is not None else None
-        if self.nxt >= len(self.order) and self.horizon < math.inf:
-            # The next request is not routed yet but arrives at or after the horizon: treat the
-            # horizon as a (phantom) arrival, so the run stops before it.
-            self.arr.append(self.horizon)
-            self.order.append(len(self.arr) - 1)
-            try:
-                ok = super()._try_decode_run()
-            finally:
-                self.arr.pop()
-                self.order.pop()
-        else:
-            ok = super()._try_decode_run()
-        if ok and self.log is not None and hist is not None:
-            k = self.G - g0
-            ends = self.dec_end[g0 : self.G].copy()
-            starts = np.concatenate(([t0], ends[:-1]))
-            new = np.asarray(hist)[(-(g0 + np.arange(k))) % self.bs]
-            blocks = used0 + np.cumsum(new)
-            b = np.full(k, b0)
-            self.log.flush()
-            self.log.chunks.append((starts, ends, b, np.zeros(k, np.int64), b, blocks))
-        return ok
+        self.log.step(t0, self.t, int(seqs), int(tokens) - dec, dec, used)
 
 
 class StaticEngine:
@@ -230,6 +278,11 @@ class StaticEngine:
             lst.append(NAN)
         self.seg_dec_start.append(0)
         self.seg_dec_count.append(0)
+
+    def add_many(self, gid: NDArray, arrival: NDArray, prompt: NDArray, out: NDArray,
+                 cached: NDArray) -> None:  # fmt: skip
+        for a in zip(gid.tolist(), arrival.tolist(), prompt.tolist(), out.tolist(), strict=True):
+            self.add(*a)
 
     def outstanding(self, t: float) -> int:
         return len(self.ids) - bisect.bisect_right(self.finish_times, t)
@@ -385,13 +438,13 @@ def simulate_pool(
     engines = [_engine(pool, fast, record_steps) for _ in range(pool.replicas)]
     replica = np.full(n, -1, dtype=np.int64)
     local = np.full(n, -1, dtype=np.int64)
-    a_l, p_l, o_l, c_l = (x.tolist() for x in (arrival, prompt, output, cached))
     if pool.routing == "round-robin" or pool.replicas == 1:
-        for k, g in enumerate(order.tolist()):
-            e = engines[k % pool.replicas]
-            local[g], replica[g] = len(e.ids), k % pool.replicas
-            e.add(g, a_l[g], p_l[g], o_l[g], c_l[g])
+        for j, e in enumerate(engines):
+            sub = order[j :: pool.replicas]
+            local[sub], replica[sub] = np.arange(len(sub)), j
+            e.add_many(sub, arrival[sub], prompt[sub], output[sub], cached[sub])
     else:  # least outstanding requests at arrival
+        a_l, p_l, o_l, c_l = (x.tolist() for x in (arrival, prompt, output, cached))
         for g in order.tolist():
             t = a_l[g]
             best, best_load = 0, None

@@ -66,3 +66,43 @@ def step_ends(lines: DecodeLines, start: float, n: int) -> NDArray[np.float64]:
     durations = np.maximum(c0 + c1 * k, m0 + m1 * k) + fixed
     durations[0] += start
     return np.cumsum(durations)
+
+
+LOOP_STEPS = 48  # runs up to this long are stepped in plain Python (numpy's call overhead is more)
+
+
+def run_ends(lines: DecodeLines, start: float, limit: int, budget: float = math.inf) -> list[float]:
+    """End times of the run's first ``limit`` steps that start less than ``budget`` seconds into
+    it: the same floats as ``step_ends(lines, start, steps_starting_before(lines, budget, limit))``.
+
+    Short runs are accumulated in a Python loop (the operations and rounding of
+    :func:`step_ends`), and the loop's own clock tells where the deadline falls. That clock and
+    the closed form differ by rounding only, bounded by ``tol``: when a step starts within
+    ``tol`` of the deadline, or the run is long, the closed-form bisection decides as before.
+    """
+    if budget <= 0.0:
+        return []
+    c0, c1, m0, m1, fixed = lines
+    # Steps only lengthen along a run, so at most budget / (first step) + 1 start in time.
+    first = (c0 if c0 >= m0 else m0) + fixed
+    if limit <= LOOP_STEPS or budget < first * (LOOP_STEPS - 1):
+        n = limit if limit < LOOP_STEPS else LOOP_STEPS
+        ends: list[float] = []
+        e = start
+        scale = 1e-15 * (abs(start) + abs(budget) + 1.0)
+        for k in range(n):
+            if k:  # step k starts at e
+                rel, tol = e - start, scale * (k + 16)
+                if rel >= budget + tol:
+                    return ends  # clearly after the deadline (and step k - 1 clearly before)
+                if rel > budget - tol:
+                    break  # too close to call here
+            kf = float(k)
+            a, b = c0 + c1 * kf, m0 + m1 * kf
+            e = e + ((a if a >= b else b) + fixed)
+            ends.append(e)
+        else:
+            if n == limit:
+                return ends
+    j = limit if budget == math.inf else steps_starting_before(lines, budget, limit)
+    return step_ends(lines, start, j).tolist()

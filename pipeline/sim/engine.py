@@ -26,6 +26,8 @@ of decoders about to cross a KV-block boundary are O(1) aggregates.
 from __future__ import annotations
 
 import heapq
+import math
+from array import array
 from collections import deque
 from typing import Protocol
 
@@ -34,7 +36,7 @@ from numpy.typing import ArrayLike
 
 from pipeline.physics import DecodeLines
 from pipeline.sim.config import EngineConfig
-from pipeline.sim.decode_run import step_ends, steps_starting_before
+from pipeline.sim.decode_run import run_ends
 from pipeline.sim.result import F64, I64, SimResult
 
 NAN = float("nan")
@@ -122,7 +124,7 @@ class _Engine:
         self.hist = [0] * self.bs  # decoders by (cj - gj) mod block_size
         self.used = 0  # KV blocks held
         self.G = 0  # decode steps run so far
-        self.dec_end = np.empty(1024)
+        self.dec_end = array("d")  # end time of every decode step (G entries)
         # Segments.
         self.s_req: list[int] = []
         self.s_t0: list[float] = []
@@ -133,19 +135,12 @@ class _Engine:
         self.iterations = 0  # scheduler decisions taken in Python (steps or closed-form runs)
         self.busy = 0.0
         self.nxt = 0  # next request (in arrival order) not yet queued
+        self.horizon = math.inf  # runs stop before it, as before an arrival
+        self.log = None  # a step log (pipeline.sim.cluster) records runs when set
 
     # ---------------------------------------------------------------- bookkeeping helpers
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.bs)
-
-    def _push_dec_ends(self, ends: np.ndarray) -> None:
-        need = self.G + len(ends)
-        if need > len(self.dec_end):
-            grown = np.empty(max(need, 2 * len(self.dec_end)))
-            grown[: self.G] = self.dec_end[: self.G]
-            self.dec_end = grown
-        self.dec_end[self.G : need] = ends
-        self.G = need
 
     def _become_decoder(self, r: int) -> None:
         ctx = self.p_eff[r]
@@ -298,7 +293,8 @@ class _Engine:
         self.steps += 1
         self.busy += dt
         if dec_count:
-            self._push_dec_ends(np.array([t_end]))
+            self.dec_end.append(t_end)
+            self.G += 1
             self._complete_decoders(t_end)
         for r, todo, _ in chunks:
             self.done[r] += todo
@@ -336,31 +332,38 @@ class _Engine:
         elif self._head_admissible(free - new_now, budget):
             return False
         # Steps until the first completion, and until a step would find no free KV block.
-        while self.heap and (self.seg[self.heap[0][2]] != self.heap[0][1]):
-            heapq.heappop(self.heap)  # drop stale entries so the top is a live decoder
-        limit = self.heap[0][0] - self.G
-        limit = min(limit, self._steps_with_blocks(free))
+        heap, seg = self.heap, self.seg
+        while heap and (seg[heap[0][2]] != heap[0][1]):
+            heapq.heappop(heap)  # drop stale entries so the top is a live decoder
+        limit = heap[0][0] - self.G
+        if limit > free // self.B * self.bs:  # else blocks last at least that long
+            limit = min(limit, self._steps_with_blocks(free))
         if limit < 1:
             return False
         lines = self.cost.decode_lines(self.B, float(self.A + self.B * self.G))
         # A new arrival matters only if it could be admitted: queue empty and room for sequences.
-        if (
-            not self.waiting
-            and len(self.running) < self.cfg.max_num_seqs
-            and self.nxt < len(self.arr)
-        ):
-            deadline = self.arr[self.order[self.nxt]] - self.t
-            limit = steps_starting_before(lines, deadline, limit)
-            if limit < 1:
-                return False
-        ends = step_ends(lines, self.t, limit)
+        # (A horizon counts as an arrival: the next request is not known before it.)
+        budget = math.inf
+        if not self.waiting and len(self.running) < self.cfg.max_num_seqs:
+            if self.nxt < len(self.arr):
+                budget = self.arr[self.order[self.nxt]] - self.t
+            elif self.horizon != math.inf:
+                budget = self.horizon - self.t
+        ends = run_ends(lines, self.t, limit, budget)
+        k = len(ends)
+        if k < 1:
+            return False
+        if self.log is not None:
+            self.log.run(self, k)
         # Allocate the blocks the run's steps claimed: B per block_size steps, phase-shifted.
-        self.used += self._new_blocks(limit)
-        self.steps += limit
-        self.busy += float(ends[-1]) - self.t
-        self._push_dec_ends(ends)
-        self.t = float(ends[-1])
-        self._complete_decoders(self.t)
+        self.used += self._new_blocks(k)
+        self.steps += k
+        t_end = ends[-1]
+        self.busy += t_end - self.t
+        self.dec_end.extend(ends)
+        self.G += k
+        self.t = t_end
+        self._complete_decoders(t_end)
         return True
 
     def _new_blocks(self, k: int) -> int:
@@ -389,7 +392,7 @@ class _Engine:
             first_token=np.asarray(self.first),
             finish=np.asarray(self.finish),
             preemptions=np.asarray(self.preempted, dtype=np.int64),
-            decode_step_end=self.dec_end[: self.G].copy(),
+            decode_step_end=np.array(self.dec_end, dtype=np.float64),
             seg_request=seg_req[order],
             seg_first_time=np.asarray(self.s_t0, dtype=np.float64)[order],
             seg_dec_start=np.asarray(self.s_g0, dtype=np.int64)[order],
