@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from pipeline.commands._common import console, layout_for, warehouse_option
-from pipeline.errors import DataError
+from pipeline.engines import ENGINES, EngineError
+from pipeline.errors import DataError, UserError
 
 
 @click.command("fit")
@@ -18,7 +19,17 @@ from pipeline.errors import DataError
 )
 @click.option("--no-claims", is_flag=True, help="Do not write the claims table.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-def command(warehouse: str | None, max_requests: int | None, no_claims: bool, quiet: bool) -> None:
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default="duckdb",
+    show_default=True,
+    help="Engine for the fit's SQL: duckdb in process, or spark (only each group's selection "
+    "comes back to Python; a URI warehouse needs spark). See docs/fleet.md.",
+)
+def command(
+    warehouse: str | None, max_requests: int | None, no_claims: bool, quiet: bool, engine: str
+) -> None:
     """Fit MFU, MBU and overheads per GPU x model x GPU count x engine configuration.
 
     Rebuilds the batch of every engine step from per-token times (or from the requests in
@@ -29,14 +40,23 @@ def command(warehouse: str | None, max_requests: int | None, no_claims: bool, qu
     \b
     Example:
       pipeline fit --warehouse warehouse/
+      pipeline fit --warehouse warehouse/ --engine spark
       pipeline query cost_mfu_mbu
     """
     from pipeline.fit import fit_warehouse
 
-    layout = layout_for(warehouse)
-    if not layout.root.exists():
-        raise DataError(f"no warehouse at {layout.root}; run `pipeline ingest` first")
-    fits = fit_warehouse(layout, limit=max_requests, claims=not no_claims)
+    if warehouse and "://" in warehouse:
+        if engine != "spark":
+            raise UserError(f"{warehouse}: a URI warehouse is read with --engine spark")
+        where = warehouse
+    else:
+        where = layout_for(warehouse)
+        if not where.root.exists():
+            raise DataError(f"no warehouse at {where.root}; run `pipeline ingest` first")
+    try:
+        fits = fit_warehouse(where, limit=max_requests, claims=not no_claims, engine=engine)
+    except EngineError as exc:
+        raise DataError(str(exc)) from None
     out = console(quiet)
     if not fits:
         out.print("fit: no group had enough data; wrote an empty cost_models table")

@@ -25,7 +25,7 @@ from pipeline.warehouse.layout import Layout, warehouse_path
 
 ENGINES = ("duckdb", "spark")
 
-__all__ = ["ENGINES", "INPUT_VIEWS", "Engine", "EngineError", "open_engine"]
+__all__ = ["ENGINES", "INPUT_VIEWS", "Engine", "EngineError", "as_engine", "open_engine"]
 
 
 def open_engine(
@@ -56,3 +56,16 @@ def open_engine(
 
         return SparkEngine(layout_or_root, **options)
     raise EngineError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")
+
+
+def as_engine(con: Any) -> Engine:
+    """An Engine as it is, or an open DuckDB connection wrapped in one (left open on close).
+
+    Lets code written against the Engine API (fit, report) still take the DuckDB connections
+    that :func:`pipeline.warehouse.views.connect` returns.
+    """
+    if isinstance(con, Engine):
+        return con
+    from pipeline.engines.duckdb_engine import DuckDBEngine
+
+    return DuckDBEngine(None, con=con)

@@ -16,9 +16,18 @@ from pipeline.warehouse.views import connect
 class DuckDBEngine(Engine):
     name = "duckdb"
 
-    def __init__(self, layout: Layout, database: str = ":memory:"):
-        super().__init__(layout, str(layout.root))
-        self.con = connect(layout, database)
+    def __init__(
+        self,
+        layout: Layout | None,
+        database: str = ":memory:",
+        con: duckdb.DuckDBPyConnection | None = None,
+    ):
+        """Views over ``layout``, or (``con=``) an open connection that stays the caller's."""
+        if layout is None and con is None:
+            raise ValueError("give a layout or a connection")
+        super().__init__(layout, str(layout.root) if layout is not None else "<connection>")
+        self._owned = con is None
+        self.con = connect(layout, database) if con is None else con  # type: ignore[arg-type]
 
     def arrow(self, sql: str, params: Mapping[str, object] | None = None) -> pa.Table:
         try:
@@ -43,4 +52,5 @@ class DuckDBEngine(Engine):
         return [r[0] for r in rows]
 
     def close(self) -> None:
-        self.con.close()
+        if self._owned:
+            self.con.close()

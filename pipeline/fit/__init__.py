@@ -26,20 +26,46 @@ __all__ = [
 ]
 
 
-def fit_warehouse(layout, *, limit: int | None = None, claims: bool = True):  # type: ignore[no-untyped-def]
+def fit_warehouse(  # type: ignore[no-untyped-def]
+    layout,
+    *,
+    limit: int | None = None,
+    claims: bool = True,
+    engine: str = "duckdb",
+    engine_options: dict | None = None,
+):
     """Fit every group in ``layout``'s warehouse and write ``cost_models`` (and ``claims``).
 
     Always writes the table, empty when nothing could be fitted, so that queries reading it work
     on any warehouse that has been fitted. Returns the fits.
+
+    ``engine`` ("duckdb" or "spark", :func:`pipeline.engines.open_engine` with
+    ``engine_options``) runs the fit's SQL: group counts, then each group's selection (at most
+    ``limit`` requests and their emissions), which is all that comes back to Python. ``layout``
+    may be a Spark-readable URI with ``engine="spark"``; the tables are then written with Spark.
     """
+    from pipeline.engines import open_engine
     from pipeline.fit import claims as claims_mod
     from pipeline.fit import run, store
-    from pipeline.warehouse.derived import write_derived
-    from pipeline.warehouse.views import connect
 
-    con = connect(layout)
-    fits, _skipped = run.fit_all(con, limit or run.MAX_REQUESTS)
-    store.write(layout, fits)
-    if claims:
-        write_derived(layout, "claims", claims_mod.check_claims(connect(layout)))
+    with open_engine(engine, layout, **(engine_options or {})) as eng:
+        fits, _skipped = run.fit_all(eng, limit or run.MAX_REQUESTS)
+        tables = {store.TABLE: store.to_frame(fits)}
+        if claims:
+            tables["claims"] = claims_mod.check_claims(eng)
+        for name, frame in tables.items():
+            _write(eng, name, frame)
     return fits
+
+
+def _write(eng, name: str, frame) -> None:  # type: ignore[no-untyped-def]
+    """A derived table next to the warehouse: atomically for a local one, else with Spark."""
+    from pipeline.warehouse.derived import write_derived
+
+    if eng.layout is not None:
+        write_derived(eng.layout, name, frame)
+        return
+    from pipeline.engines.spark_engine import _join
+
+    df = eng.spark.createDataFrame(frame.to_arrow())  # a URI: only the Spark engine opens one
+    df.coalesce(1).write.mode("overwrite").parquet(_join(eng.root, name))

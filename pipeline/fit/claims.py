@@ -13,11 +13,11 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import duckdb
 import numpy as np
 import polars as pl
 
 from pipeline import catalog
+from pipeline.engines import as_engine
 from pipeline.physics import compute_dtype_for, critical_batch
 
 SUPPORTED, CONTRADICTED, UNKNOWN = "supported", "contradicted", "not enough data"
@@ -75,9 +75,12 @@ def _ols_slope(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     return b, b - q * se, b + q * se
 
 
-def load_requests(con: duckdb.DuckDBPyConnection, limit: int = MAX_ROWS) -> pl.DataFrame:
-    """Successful requests with the columns the checks need (earliest ``limit`` per warehouse)."""
-    rel = con.sql(
+def load_requests(con: Any, limit: int = MAX_ROWS) -> pl.DataFrame:
+    """Successful requests with the columns the checks need (earliest ``limit`` per warehouse).
+
+    ``con``: an :class:`~pipeline.engines.Engine` or a DuckDB connection of ``connect``.
+    """
+    return as_engine(con).sql(
         f"""
         SELECT
             model, gpu, coalesce(gpu_count, 1) AS gpu_count,
@@ -88,11 +91,10 @@ def load_requests(con: duckdb.DuckDBPyConnection, limit: int = MAX_ROWS) -> pl.D
         FROM requests
         WHERE status = 'ok' AND ttft_s IS NOT NULL AND model IS NOT NULL AND gpu IS NOT NULL
           AND prompt_tokens IS NOT NULL
-        ORDER BY domain, t_arrival
+        ORDER BY domain, t_arrival, run_id, request_id
         LIMIT {int(limit)}
         """
     )
-    return pl.from_arrow(rel.to_arrow_table())  # type: ignore[return-value]
 
 
 def _with_load(df: pl.DataFrame) -> pl.DataFrame:
@@ -317,7 +319,7 @@ CHECKS: tuple[Callable[[pl.DataFrame], dict[str, Any]], ...] = (
 )
 
 
-def check_claims(con: duckdb.DuckDBPyConnection, limit: int = MAX_ROWS) -> pl.DataFrame:
+def check_claims(con: Any, limit: int = MAX_ROWS) -> pl.DataFrame:
     """Run every claim check on the warehouse behind ``con``; one row per claim."""
     df = _with_load(load_requests(con, limit))
     rows = [check(df) for check in CHECKS]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import duckdb
 import numpy as np
 import polars as pl
 
 from pipeline import catalog
+from pipeline.engines import as_engine
 from pipeline.fit.core import FittedModel, GroupKey, fit_observations, unit_cost
 from pipeline.fit.steps import (
     Requests,
@@ -28,31 +28,40 @@ MAX_REQUESTS = 40_000  # per group: the fit reads whole servers' time windows up
 _KEY_NAMES = GroupKey._fields
 
 
-def groups(con: duckdb.DuckDBPyConnection) -> list[tuple[GroupKey, int]]:
-    """Groups with a model and GPU, and their successful-request counts."""
+def groups(con: Any) -> list[tuple[GroupKey, int]]:
+    """Groups with a model and GPU, and their successful-request counts.
+
+    ``con``: an :class:`~pipeline.engines.Engine` or a DuckDB connection of ``connect``.
+    """
     cols = ", ".join(f"{c} AS {n}" for c, n in zip(KEY_SQL, _KEY_NAMES, strict=False))
-    rows = con.execute(
+    keys = ", ".join(KEY_SQL)
+    df = as_engine(con).sql(
         f"""SELECT {cols}, count(*) AS n FROM requests
         WHERE status = 'ok' AND model IS NOT NULL AND gpu IS NOT NULL
-        GROUP BY ALL ORDER BY ALL"""
-    ).fetchall()
-    return [(GroupKey(*r[:-1]), int(r[-1])) for r in rows]
+        GROUP BY {keys} ORDER BY {", ".join(_KEY_NAMES)}"""
+    )
+    return [(GroupKey(*r[:-1]), int(r[-1])) for r in df.iter_rows()]
 
 
 def _where(key: GroupKey) -> tuple[str, dict[str, Any]]:
     parts, params = [], {}
     for i, (sql, value) in enumerate(zip(KEY_SQL, key, strict=False)):
-        parts.append(f"{sql} IS NOT DISTINCT FROM $k{i}")
-        params[f"k{i}"] = value
+        if value is None:  # no NULL parameter: not every engine types it
+            parts.append(f"{sql} IS NULL")
+        else:
+            parts.append(f"{sql} IS NOT DISTINCT FROM $k{i}")
+            params[f"k{i}"] = value
     return " AND ".join(parts), params
 
 
-def _load(con: duckdb.DuckDBPyConnection, key: GroupKey, limit: int) -> pl.DataFrame:
-    where, params = _where(key)
-    # Whole time windows per server: the first `limit` requests by arrival across the group.
-    rel = con.sql(
-        f"""
-        WITH g AS (
+# A group's selection: whole time windows per server, the first `limit` requests by arrival
+# across the group (ties broken by key, so every engine picks and orders the same rows).
+_ORDER = "domain, t_arrival, run_id, request_id"
+
+
+def _selection(where: str, limit: int) -> str:
+    return f"""
+        g AS (
             SELECT
                 run_id, request_id,
                 CASE WHEN clock = 'unix' THEN '' ELSE run_id END || '|' || coalesce(server, '?')
@@ -63,30 +72,36 @@ def _load(con: duckdb.DuckDBPyConnection, key: GroupKey, limit: int) -> pl.DataF
             FROM requests
             WHERE {where} AND status = 'ok' AND ttft_s IS NOT NULL AND e2e_s IS NOT NULL
               AND prompt_tokens IS NOT NULL AND output_tokens IS NOT NULL
+        ),
+        sel AS (SELECT * FROM g ORDER BY {_ORDER} LIMIT {int(limit)})"""
+
+
+def _load(con: Any, key: GroupKey, limit: int) -> pl.DataFrame:
+    where, params = _where(key)
+    return as_engine(con).sql(
+        f"WITH {_selection(where, limit)} SELECT * FROM sel ORDER BY {_ORDER}", params
+    )
+
+
+def _tokens(con: Any, key: GroupKey, limit: int) -> pl.DataFrame:
+    """Emissions of the requests :func:`_load` selects; ``rid`` is their row in its result."""
+    where, params = _where(key)
+    df = as_engine(con).sql(
+        f"""
+        WITH {_selection(where, limit)},
+        r AS (
+            SELECT run_id, request_id, t_arrival, prompt_tokens,
+                   row_number() OVER (ORDER BY {_ORDER}) - 1 AS rid
+            FROM sel
         )
-        SELECT * FROM g ORDER BY domain, t_arrival LIMIT {int(limit)}
+        SELECT r.rid, r.t_arrival + t.t_s AS t, t.token_index,
+               r.prompt_tokens + t.token_index - 1 AS ctx, coalesce(t.n_tokens, 1) AS n_tokens
+        FROM tokens AS t JOIN r ON t.run_id = r.run_id AND t.request_id = r.request_id
+        ORDER BY r.rid, t.token_index
         """,
-        params=params,
+        params,
     )
-    return pl.from_arrow(rel.to_arrow_table())  # type: ignore[return-value]
-
-
-def _tokens(con: duckdb.DuckDBPyConnection, reqs: pl.DataFrame) -> pl.DataFrame:
-    con.register(
-        "_fit_reqs",
-        reqs.select("run_id", "request_id", "rid", "t_arrival", "prompt_tokens").to_arrow(),
-    )
-    try:
-        rel = con.sql(
-            """
-            SELECT r.rid, r.t_arrival + t.t_s AS t, t.token_index,
-                   r.prompt_tokens + t.token_index - 1 AS ctx, coalesce(t.n_tokens, 1) AS n_tokens
-            FROM tokens AS t JOIN _fit_reqs AS r USING (run_id, request_id)
-            """
-        )
-        return pl.from_arrow(rel.to_arrow_table())  # type: ignore[return-value]
-    finally:
-        con.unregister("_fit_reqs")
+    return df.with_columns(pl.col("rid").cast(pl.UInt32))
 
 
 def _requests(f: pl.DataFrame, queue_known: bool, origin: float) -> Requests:
@@ -104,17 +119,20 @@ def _requests(f: pl.DataFrame, queue_known: bool, origin: float) -> Requests:
     )
 
 
-def fit_group(
-    con: duckdb.DuckDBPyConnection, key: GroupKey, limit: int = MAX_REQUESTS
-) -> FittedModel:
-    """Reconstruct the steps of one group's servers and fit both phases."""
+def fit_group(con: Any, key: GroupKey, limit: int = MAX_REQUESTS) -> FittedModel:
+    """Reconstruct the steps of one group's servers and fit both phases.
+
+    ``con``: an Engine or a DuckDB connection. Only the group's selection (at most ``limit``
+    requests, and their emissions) comes back to Python.
+    """
+    con = as_engine(con)
     model, gpu = catalog.model(key.model), catalog.gpu(key.gpu)
     cost = unit_cost(model, gpu, key.gpu_count, key.weight_dtype, key.kv_dtype, key.attention)
     reqs = _load(con, key, limit).with_row_index("rid")
     queue_known = reqs["queue_s"].null_count() < reqs.height
     # One emission per output token: each emission is one step (streamed chunks are not).
     use_tokens = bool((reqs["n_emissions"] == reqs["output_tokens"]).all())
-    toks = _tokens(con, reqs) if use_tokens else None
+    toks = _tokens(con, key, limit) if use_tokens else None
     if toks is not None and toks.height and int(toks["n_tokens"].max()) > 1:
         toks, use_tokens = None, False  # streamed chunks of several tokens: not one per step
     budget = float(key.max_batched_tokens) if key.max_batched_tokens else None
@@ -152,9 +170,10 @@ def fit_group(
 
 
 def fit_all(
-    con: duckdb.DuckDBPyConnection, limit: int = MAX_REQUESTS
+    con: Any, limit: int = MAX_REQUESTS
 ) -> tuple[list[FittedModel], list[tuple[GroupKey, str]]]:
     """Fit every group; returns the fits and (group, reason) for those skipped."""
+    con = as_engine(con)
     fits, skipped = [], []
     for key, _n in groups(con):
         try:
@@ -166,7 +185,7 @@ def fit_all(
     return fits, skipped
 
 
-def timed_fit(con: duckdb.DuckDBPyConnection, limit: int = MAX_REQUESTS) -> dict[str, Any]:
+def timed_fit(con: Any, limit: int = MAX_REQUESTS) -> dict[str, Any]:
     t0 = time.perf_counter()
     fits, skipped = fit_all(con, limit)
     return {"fits": fits, "skipped": skipped, "seconds": time.perf_counter() - t0}
