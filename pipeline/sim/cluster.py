@@ -131,6 +131,7 @@ class _Recorder:
     def __init__(self, engine: ReplicaEngine, cost: CostModel) -> None:
         self.engine, self.cost = engine, cost
         self.last = (0.0, 0.0, 0)
+        self.decode_lines = cost.decode_lines  # type: ignore[method-assign]
 
     def time_of(
         self, tokens: float, seqs: float, attn_pairs: float, kv_tokens: float, score_elems: float

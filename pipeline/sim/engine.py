@@ -212,10 +212,12 @@ class _Engine:
         return self._result()
 
     def _queue_arrivals(self) -> None:
-        order, arr, n = self.order, self.arr, len(self.arr)
-        while self.nxt < n and arr[order[self.nxt]] <= self.t:
-            self.waiting.append(order[self.nxt])
-            self.nxt += 1
+        order, arr, n, nxt, t = self.order, self.arr, len(self.arr), self.nxt, self.t
+        if nxt < n and arr[order[nxt]] <= t:
+            while nxt < n and arr[order[nxt]] <= t:
+                self.waiting.append(order[nxt])
+                nxt += 1
+            self.nxt = nxt
 
     def _head_admissible(self, free: int, budget: int) -> bool:
         """Could the head of the queue be admitted with ``free`` blocks and ``budget`` tokens?"""
@@ -369,8 +371,13 @@ class _Engine:
     def _new_blocks(self, k: int) -> int:
         """Blocks the decoders claim over the next k decode steps."""
         full, part = divmod(k, self.bs)
-        hist, g, bs = self.hist, self.G, self.bs
-        return full * self.B + sum(hist[(-(g + u)) % bs] for u in range(part))
+        if not part:
+            return full * self.B
+        # Phases (-(G + u)) mod bs for u < part: a descending, possibly wrapping, range.
+        hist, hi = self.hist, -self.G % self.bs
+        lo = hi - part + 1
+        claimed = sum(hist[lo : hi + 1]) if lo >= 0 else sum(hist[: hi + 1]) + sum(hist[lo:])
+        return full * self.B + claimed
 
     def _steps_with_blocks(self, free: int) -> int:
         """The most decode steps that can run before one finds too few free KV blocks."""
