@@ -8,9 +8,12 @@ quarantined record for the lost tail.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import datetime as dt
 import hashlib
+import itertools
+import os
 import re
 import shutil
 from collections.abc import Callable
@@ -28,6 +31,13 @@ from pipeline.readers.base import InputError, ReadContext, Reader, ReaderOutput
 from pipeline.readers.registry import by_name, detect
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.writer import StagedWrite
+
+_TAGS = itertools.count()
+
+
+class _AlreadyIngested(Exception):
+    """The file's content hash turned out to be committed already."""
+
 
 COUNT_KEYS = ("read", "ingested", "quarantined", "duplicates", "arrivals", "tokens", "summaries")
 _HASH_SEED = 0x5EED
@@ -51,7 +61,10 @@ class IngestOptions:
     mapping: Path | None = None
 
 
-def default_run_id(path: Path, sha: str) -> str:
+def default_run_id(path: Path, head: bytes, size: int) -> str:
+    """<file name>-<8 hex>: the hex digits hash the file's first 64 KiB and its size, so the id
+    is known before the whole file has been hashed and is the same wherever the file is."""
+    sha = hashlib.sha256(head + str(size).encode()).hexdigest()
     stem = path.name
     for suffix in (".gz", ".zst", ".zstd", ".jsonl", ".json", ".ndjson", ".csv", ".log", ".txt"):
         stem = stem.removesuffix(suffix)
@@ -183,25 +196,34 @@ class Ingestor:
         st = path.stat()
         ident = (str(path.resolve()), st.st_size, st.st_mtime_ns)
         sha = (known or {}).get(ident)
-        if sha is None:
-            sha = sha256_file(path)
         result = FileResult(path=path, status="already", sha256=sha)
-        if self.layout.manifest_file(sha).exists():
+        if sha is not None and self.layout.manifest_file(sha).exists():
             result.message = "already ingested (same content hash)"
             return result
-        # Wait for a process that holds this file's lock (another worker ingesting the same
-        # content, or a recovery deleting what a killed run left): then re-check the manifest.
-        with self.layout.lock(sha[:16], blocking=True):
-            if self.layout.manifest_file(sha).exists():
-                result.message = "already ingested (same content hash)"
-                return result
-            for orphan in self.layout.data_files_of(sha[:16]):
-                orphan.unlink(missing_ok=True)  # left by a killed run of this same file
-            return self._ingest_locked(path, sha, ident, result)
+        # A new file is hashed on another thread while it is read (the hash names the committed
+        # files and makes re-ingest a no-op); the rows are staged under a private tag meanwhile.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            digest = pool.submit(lambda: sha or sha256_file(path))
+            tag = f"t{os.getpid()}-{next(_TAGS)}"
+            with self.layout.lock(tag):  # keeps recover() away from our staging folder
+                return self._ingest_staged(path, digest, tag, ident, result)
 
-    def _ingest_locked(self, path: Path, sha: str, ident: tuple, result: FileResult) -> FileResult:
+    def _already(self) -> bool:
+        """The hash is known and names a committed file: no need to read on."""
+        d = self._digest
+        return d.done() and d.exception() is None and self.layout.manifest_file(d.result()).exists()
+
+    def _ingest_staged(
+        self,
+        path: Path,
+        digest: concurrent.futures.Future,
+        tag: str,
+        ident: tuple,
+        result: FileResult,
+    ) -> FileResult:
         source = str(path)
-        staged = StagedWrite(self.layout, sha)
+        staged = StagedWrite(self.layout, tag=tag)
+        self._digest = digest
         counts = result.counts
         fmt = self.options.fmt or "unknown"
         self._counts = dict.fromkeys(COUNT_KEYS, 0)
@@ -215,13 +237,12 @@ class Ingestor:
             if head is not None and len(head) == 0:
                 result.status, result.message = "empty", "empty file, nothing to ingest"
             elif head is None:
-                self._file_problem(staged, source, fmt, sha, f"cannot read file: {result.message}")
+                self._file_problem(staged, source, fmt, f"cannot read file: {result.message}")
             elif is_binary(head):
                 self._file_problem(
                     staged,
                     source,
                     fmt,
-                    sha,
                     "binary file (mostly control bytes in its first 64 KiB), not a text log",
                 )
             else:
@@ -231,29 +252,42 @@ class Ingestor:
                         staged,
                         source,
                         fmt,
-                        sha,
                         "unrecognised format; force one with --format NAME "
                         "(`pipeline formats` lists them) or describe it with a mapping file",
                     )
-            if reader is not None:
+            if reader is not None and head is not None:
                 fmt = reader.name
-                self._read_all(reader, path, sha, staged, fmt)
-            counts.update({k: counts.get(k, 0) + v for k, v in self._counts.items()})
-            if result.status != "empty":
-                result.status = "ingested"
-            result.format = fmt
-            staged.commit(
-                {
-                    "sha256": sha,
-                    "path": ident[0],
-                    "size": ident[1],
-                    "mtime_ns": ident[2],
-                    "format": fmt,
-                    "counts": counts,
-                    "status": result.status,
-                    "ingested_at": dt.datetime.now(dt.UTC).isoformat(),
-                }
-            )
+                self._read_all(reader, path, head, ident[1], staged, fmt)
+            sha = result.sha256 = digest.result()
+            # Commit under the content's lock: a worker ingesting the same bytes under another
+            # name, or a recovery of a killed run of them, is done before we look.
+            with self.layout.lock(sha[:16], blocking=True):
+                if self.layout.manifest_file(sha).exists():
+                    raise _AlreadyIngested
+                for orphan in self.layout.data_files_of(sha[:16]):
+                    orphan.unlink(missing_ok=True)  # left by a killed run of this same file
+                counts.update({k: counts.get(k, 0) + v for k, v in self._counts.items()})
+                if result.status != "empty":
+                    result.status = "ingested"
+                result.format = fmt
+                staged.commit(
+                    {
+                        "sha256": sha,
+                        "path": ident[0],
+                        "size": ident[1],
+                        "mtime_ns": ident[2],
+                        "format": fmt,
+                        "counts": counts,
+                        "status": result.status,
+                        "ingested_at": dt.datetime.now(dt.UTC).isoformat(),
+                    },
+                    sha,
+                )
+        except _AlreadyIngested:
+            staged.abort()
+            result.status, result.format = "already", None
+            result.counts = dict.fromkeys(COUNT_KEYS, 0)
+            result.message = "already ingested (same content hash)"
         except BaseException:
             staged.abort()
             raise
@@ -267,21 +301,27 @@ class Ingestor:
                 self._dedup.close()
         return result
 
-    def _file_problem(self, staged: StagedWrite, source: str, fmt: str, sha: str, reason: str):
+    def _sha(self) -> str:
+        """The file's content hash (waits for the hashing thread)."""
+        return self._digest.result()
+
+    def _file_problem(self, staged: StagedWrite, source: str, fmt: str, reason: str):
         q = pl.DataFrame(
             {"line": [0], "reason": [reason], "raw": [None]},
             schema={"line": pl.Int64, "reason": pl.Utf8, "raw": pl.Utf8},
         )
-        staged.add("quarantine", _quarantine_frame(q, source, fmt, sha))
+        staged.add("quarantine", _quarantine_frame(q, source, fmt, self._sha()))
         self._counts.update(read=1, quarantined=1)
 
-    def _read_all(self, reader: Reader, path: Path, sha: str, staged: StagedWrite, fmt: str):
+    def _read_all(
+        self, reader: Reader, path: Path, head: bytes, size: int, staged: StagedWrite, fmt: str
+    ):
         source = str(path)
         self._reader = reader
         c = dict.fromkeys(COUNT_KEYS, 0)
         ctx = ReadContext(
             path=path,
-            default_run_id=default_run_id(path, sha),
+            default_run_id=default_run_id(path, head, size),
             max_line_bytes=self.options.max_line_bytes,
             mapping=self.options.mapping,
         )
@@ -290,11 +330,13 @@ class Ingestor:
         last_line = 0
         try:
             for out in reader.read(ctx):
-                last_line = max(last_line, self._batch(out, ctx, fill, dedup, staged, c, fmt, sha))
+                last_line = max(last_line, self._batch(out, ctx, fill, dedup, staged, c, fmt))
+                if self._already():  # a renamed copy of a file already in: stop reading it
+                    raise _AlreadyIngested
         except InputError as exc:
-            self._add_quarantine(
-                staged, c, source, fmt, sha, last_line + 1, f"input ends early: {exc}"
-            )
+            self._add_quarantine(staged, c, source, fmt, last_line + 1, f"input ends early: {exc}")
+        except _AlreadyIngested:
+            raise
         except Exception as exc:  # a reader bug must not lose the file nor show a traceback
             staged.reset()
             c = dict.fromkeys(COUNT_KEYS, 0)
@@ -303,19 +345,18 @@ class Ingestor:
                 c,
                 source,
                 fmt,
-                sha,
                 0,
                 f"reader {fmt!r} failed on this file ({type(exc).__name__}: {exc}); "
                 "please report it with the file",
             )
         self._counts = c
 
-    def _add_quarantine(self, staged, c, source, fmt, sha, line, reason) -> None:
+    def _add_quarantine(self, staged, c, source, fmt, line, reason) -> None:
         q = pl.DataFrame(
             {"line": [line], "reason": [reason], "raw": [None]},
             schema={"line": pl.Int64, "reason": pl.Utf8, "raw": pl.Utf8},
         )
-        staged.add("quarantine", _quarantine_frame(q, source, fmt, sha))
+        staged.add("quarantine", _quarantine_frame(q, source, fmt, self._sha()))
         c["read"] += 1
         c["quarantined"] += 1
 
@@ -328,12 +369,11 @@ class Ingestor:
         staged: StagedWrite,
         c: dict[str, int],
         fmt: str,
-        sha: str,
     ) -> int:
         source = str(ctx.path)
         last_line = 0
         if out.quarantine is not None and out.quarantine.height:
-            staged.add("quarantine", _quarantine_frame(out.quarantine, source, fmt, sha))
+            staged.add("quarantine", _quarantine_frame(out.quarantine, source, fmt, self._sha()))
             c["read"] += out.quarantine.height
             c["quarantined"] += out.quarantine.height
             last_line = int(out.quarantine["line"].max() or 0)
@@ -346,7 +386,8 @@ class Ingestor:
             c["duplicates"] += dups
             v = validate(req, fmt, source, getattr(self._reader, "required_fields", ()))
             staged.add("requests", v.requests)
-            staged.add("quarantine", _quarantine_frame(v.rejected, source, fmt, sha))
+            if v.rejected.height:  # the hash is only awaited when a row needs it
+                staged.add("quarantine", _quarantine_frame(v.rejected, source, fmt, self._sha()))
             c["ingested"] += v.requests.height
             c["tokens"] += v.emissions
             c["quarantined"] += v.rejected.height

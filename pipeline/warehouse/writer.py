@@ -33,10 +33,18 @@ class StagedWrite:
 
     QUEUE = 2
 
-    def __init__(self, layout: Layout, sha: str):
+    def __init__(self, layout: Layout, sha: str | None = None, tag: str | None = None):
+        """Stage under _staging/<tag> (default: the first 16 hex digits of ``sha``).
+
+        The content hash may be unknown while staging (ingest hashes the file on another
+        thread): the final file names, part-<sha16>-<n>, are given at commit.
+        """
         self.layout = layout
         self.sha = sha
-        self.dir = layout.staging_dir / sha[:16]
+        self.tag = tag or (sha or "")[:16]
+        if not self.tag:
+            raise ValueError("StagedWrite needs a sha or a tag")
+        self.dir = layout.staging_dir / self.tag
         self._thread: threading.Thread | None = None
         self.reset()
 
@@ -93,33 +101,40 @@ class StagedWrite:
     def _write(self, table: str, day: str | None, df: pl.DataFrame) -> None:
         key = (table, day)
         if key not in self._writers:
-            rel = f"{self.layout.relative_dir(table, day)}/{self.layout.part_name(self.sha, 0)}"
-            path = self.dir / rel
+            rel = self.layout.relative_dir(table, day)  # a folder; the file is named at commit
+            path = self.dir / rel / "staged.parquet"
             path.parent.mkdir(parents=True, exist_ok=True)
             writer = pq.ParquetWriter(path, arrow_schema(table), **_encoding(table))
             self._writers[key] = (writer, rel)
         writer, _ = self._writers[key]
         writer.write_table(to_arrow(df, table), row_group_size=1 << 20)
 
-    def commit(self, manifest_entry: dict) -> list[str]:
-        """Move staged files into place, then write the manifest entry (the commit point)."""
+    def commit(self, manifest_entry: dict, sha: str | None = None) -> list[str]:
+        """Move staged files into place, then write the manifest entry (the commit point).
+
+        The caller holds the lock of ``sha[:16]`` (its orphans and ours share file names).
+        """
+        sha = sha or self.sha
+        if sha is None:
+            raise ValueError("commit needs the content hash")
         self._stop_thread()
-        rels = []
-        for writer, rel in self._writers.values():
+        moves = []
+        for writer, folder in self._writers.values():
             writer.close()
-            rels.append(rel)
+            moves.append((folder, f"{folder}/{self.layout.part_name(sha, 0)}"))
+        rels = [rel for _, rel in moves]
         _crash_point("before_commit")
-        for i, rel in enumerate(rels):
+        for i, (folder, rel) in enumerate(moves):
             if i == 1:
                 _crash_point("mid_rename")
             dest = self.layout.root / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
-            src = self.dir / rel
+            src = self.dir / folder / "staged.parquet"
             with open(src, "rb") as f:
                 os.fsync(f.fileno())
             os.replace(src, dest)
         _crash_point("before_manifest")
-        self.layout.write_manifest(self.sha, {**manifest_entry, "files": sorted(rels)})
+        self.layout.write_manifest(sha, {**manifest_entry, "files": sorted(rels)})
         _crash_point("after_manifest")
         shutil.rmtree(self.dir, ignore_errors=True)
         return rels
