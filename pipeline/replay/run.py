@@ -289,9 +289,9 @@ class ReplayResult:
                 parts.append(
                     pl.DataFrame(
                         {
-                            "run_id": pl.Series([run_id] * n, dtype=pl.Utf8),
-                            "pool": pl.Series([name] * n, dtype=pl.Utf8),
-                            "server": pl.Series([_label(name, k)] * n, dtype=pl.Utf8),
+                            "run_id": pl.repeat(run_id, n, dtype=pl.Utf8, eager=True),
+                            "pool": pl.repeat(name, n, dtype=pl.Utf8, eager=True),
+                            "server": pl.repeat(_label(name, k), n, dtype=pl.Utf8, eager=True),
                             "step": np.arange(n, dtype=np.int64),
                             "t_start_s": st["t_start"].astype(np.float64),
                             "t_end_s": st["t_end"].astype(np.float64),
@@ -398,8 +398,10 @@ def simulate(
         pools["main"] = r
         sched[idx], first[idx], fin[idx] = r.scheduled[idx], r.first_token[idx], r.finish[idx]
         pre_n[idx] = r.preemptions[idx]
+        labels = [_label("main", k) for k in range(plan.pool.replicas)]
+        rep = r.replica.tolist()
         for i in idx.tolist():
-            server[i] = _label("main", int(r.replica[i]))
+            server[i] = labels[rep[i]]
     else:
         p_plan, d_plan = scenario.pools
         rp = simulate_pool(
