@@ -9,6 +9,7 @@ import click
 import duckdb
 
 from pipeline.commands._common import console, layout_for, warehouse_option
+from pipeline.engines import ENGINES, EngineError
 from pipeline.errors import DataError, UserError
 from pipeline.report import NothingToReport, Options, PeriodError, build_report
 
@@ -67,7 +68,17 @@ def options_from(slo_ttft: str, slo_tpot: str, regression: float) -> Options:
 )
 @period_options
 @click.option("--quiet", "-q", is_flag=True, help="Print only the report's path.")
-def command(warehouse, out, since, until, compare_with, slo_ttft, slo_tpot, regression, quiet):
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default="duckdb",
+    show_default=True,
+    help="Engine for the report's queries: duckdb in process, or spark (the period is "
+    "filtered in Spark; only query results come back). See docs/fleet.md.",
+)
+def command(
+    warehouse, out, since, until, compare_with, slo_ttft, slo_tpot, regression, quiet, engine
+):
     """Write a self-contained HTML report (charts inlined, no network) and print its path.
 
     The file is named after its period (reports/report-<start>-<end>.html); re-running for the
@@ -80,6 +91,7 @@ def command(warehouse, out, since, until, compare_with, slo_ttft, slo_tpot, regr
       pipeline report --out reports/
       pipeline report --since 2026-11-01 --until 2026-11-02 --slo-ttft 500ms
       pipeline report --since 24h --compare-with 7d
+      pipeline report --engine spark
     """
     options = options_from(slo_ttft, slo_tpot, regression)
     layout = layout_for(warehouse)
@@ -88,13 +100,15 @@ def command(warehouse, out, since, until, compare_with, slo_ttft, slo_tpot, regr
             f"no warehouse at {layout.root}; run `pipeline ingest LOGS --warehouse ...`"
         )
     try:
-        result = build_report(layout, out, since, until, compare_with, options)
+        result = build_report(layout, out, since, until, compare_with, options, engine=engine)
     except PeriodError as exc:
         raise UserError(str(exc)) from None
     except NothingToReport as exc:
         raise DataError(str(exc)) from None
     except duckdb.Error as exc:
         raise DataError(f"report query failed: {exc}") from None
+    except EngineError as exc:
+        raise DataError(f"report {exc}") from None
     if not quiet:
         s = result.summary
         reg = s["sections"].get("changes", {}).get("regressions")

@@ -13,8 +13,9 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.engines import Engine, open_engine
 from pipeline.report import index, page
-from pipeline.report.context import Context, Options, open_period, plain
+from pipeline.report.context import Context, Options, open_period_engine, plain
 from pipeline.report.html import Section
 from pipeline.report.period import Period, previous, resolve
 from pipeline.report.sections import ORDER
@@ -42,10 +43,14 @@ class ReportResult:
     summary: dict[str, Any]
 
 
-def bounds(layout: Layout) -> Bounds:
+def bounds(layout: Layout, engine: Engine | None = None) -> Bounds:
+    """The warehouse's arrivals (``engine``: an unfiltered engine over it; default DuckDB)."""
     from pipeline.query.named import load, run_named
 
-    row = plain(pl.from_arrow(run_named(connect(layout), load("report_bounds"))))  # type: ignore[arg-type]
+    if engine is None:
+        row = plain(pl.from_arrow(run_named(connect(layout), load("report_bounds"))))  # type: ignore[arg-type]
+    else:
+        row = plain(engine.named("report_bounds"))
     r = row.row(0, named=True)
     return Bounds(
         r["first_arrival"], r["last_arrival"], r["requests"] or 0, r["with_wall_clock"] or 0
@@ -102,13 +107,39 @@ def build_report(
     period: Period | None = None,
     now: dt.datetime | None = None,
     version: str | None = None,
+    engine: str = "duckdb",
+    engine_options: dict[str, Any] | None = None,
 ) -> ReportResult:
-    """Write ``<out_dir>/report-<period>.html`` (+ ``.json``), refresh ``index.html``."""
+    """Write ``<out_dir>/report-<period>.html`` (+ ``.json``), refresh ``index.html``.
+
+    ``engine`` ("duckdb" or "spark", opened with ``engine_options``) runs every query over the
+    period's data; only their (aggregated) results come back for the charts and the page.
+    """
     options = options or Options()
     version = version or warehouse_version(layout)
     now = now or dt.datetime.now(UTC)
-    b = bounds(layout)
-    quarantined = connect(layout).table("quarantine").count("*").fetchall()[0][0]
+    opened: list[Engine] = []
+    try:
+        return _build(layout, out_dir, since, until, compare_with, options, period, now, version,
+                      engine, engine_options, opened)  # fmt: skip
+    finally:
+        for eng in opened:  # Spark: drop the session's views
+            eng.close()
+
+
+def _build(  # type: ignore[no-untyped-def]
+    layout, out_dir, since, until, compare_with, options, period, now, version,
+    engine, engine_options, opened,
+) -> ReportResult:  # fmt: skip
+    base = None
+    if engine == "duckdb":
+        b = bounds(layout)
+        quarantined = connect(layout).table("quarantine").count("*").fetchall()[0][0]
+    else:  # one engine answers the bounds over the whole warehouse, then holds the period
+        base = open_engine(engine, layout, **(engine_options or {}))
+        opened.append(base)
+        b = bounds(layout, base)
+        quarantined = base.sql("SELECT count(*) AS n FROM quarantine").item()
     if b.requests == 0 and not quarantined:
         raise NothingToReport(f"the warehouse {layout.root} holds no requests; ingest logs first")
     if period is None:
@@ -116,12 +147,13 @@ def build_report(
     prev = previous(period, compare_with)
     ctx = Context(
         layout=layout,
-        con=open_period(layout, period),
+        con=open_period_engine(layout, period, engine, engine_options, base),
         period=period,
         options=options,
-        prev_con=open_period(layout, prev) if prev else None,
+        prev_con=open_period_engine(layout, prev, engine, engine_options) if prev else None,
         prev_period=prev,
     )
+    opened += [e for e in (ctx.con, ctx.prev_con) if e is not None and e is not base]
     sections = [_build_section(name, ctx) for name in ORDER]
     shown = effective(period, b)
     title = f"LLM serving report · {shown.label() if shown else 'all data (no wall clock)'}"

@@ -1,8 +1,10 @@
-"""What every section builder gets: the period's data (DuckDB), the comparison period, options.
+"""What every section builder gets: the period's data (an Engine), the comparison period, options.
 
-The period is applied once, here: a schema ``period`` holds filtered views named like the
-warehouse's (``requests``, ``tokens``, ``arrivals``, ``runs``) and the connection's search path
-puts it first, so the named queries in ``queries/`` run unchanged on the period's rows.
+The period is applied once, here, in the engine, with views named like the warehouse's
+(``requests``, ``tokens``, ``arrivals``, ``runs``) that hold only the period's rows, so the named
+queries in ``queries/`` run unchanged on them. DuckDB: a schema ``period`` of filtered views put
+first on the connection's search path. Spark: the engine's temporary views replaced by filtered
+ones (the bounds bound as parameters). Only query results come back to Python.
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ from typing import Any
 import altair as alt
 import duckdb
 import polars as pl
+import pyarrow as pa
 
-from pipeline.query.named import load, run_named
+from pipeline.engines import Engine, open_engine
+from pipeline.engines.base import normalize
+from pipeline.query.named import load
 from pipeline.report.html import esc
 from pipeline.report.period import Period
 from pipeline.warehouse.layout import Layout
@@ -59,6 +64,55 @@ def open_period(layout: Layout, period: Period | None) -> duckdb.DuckDBPyConnect
     return con
 
 
+def open_period_engine(
+    layout: Layout,
+    period: Period | None,
+    engine: str = "duckdb",
+    engine_options: dict[str, Any] | None = None,
+    base: Engine | None = None,
+) -> Engine:
+    """An engine whose ``requests`` / ``tokens`` / ``arrivals`` / ``runs`` hold the period.
+
+    Spark: ``base`` (an open Spark engine over ``layout``) is restricted in place when given,
+    else a new one is opened with ``engine_options``.
+    """
+    if engine == "duckdb":
+        from pipeline.engines.duckdb_engine import DuckDBEngine
+
+        return DuckDBEngine(layout, con=open_period(layout, period))
+    eng = base if base is not None else open_engine(engine, layout, **(engine_options or {}))
+    if period is not None and (period.start is not None or period.end is not None):
+        _restrict_spark(eng, period)
+    return eng
+
+
+def _restrict_spark(eng: Any, period: Period) -> None:
+    """Replace the Spark engine's input views by the period's rows (same filter as open_period)."""
+    from pipeline.engines.translate import to_spark
+
+    parts, params = [], {}
+    if period.start is not None:
+        parts.append("arrival_at >= $p_start AND day >= $p_start_day")
+        start = period.start.astimezone(dt.UTC)
+        params |= {"p_start": start, "p_start_day": f"{period.start:%Y-%m-%d}"}
+    if period.end is not None:
+        parts.append("arrival_at < $p_end AND day <= $p_end_day")
+        end = period.end.astimezone(dt.UTC)
+        params |= {"p_end": end, "p_end_day": f"{period.end:%Y-%m-%d}"}
+    w = " AND ".join(parts)
+    spark = eng.spark
+    req = spark.sql(to_spark(f"SELECT * FROM requests WHERE {w}"), args=params)
+    keys = req.select("run_id", "request_id")
+    views = {
+        "requests": req,
+        "tokens": spark.table("tokens").join(keys, ["run_id", "request_id"], "left_semi"),
+        "arrivals": spark.sql(to_spark(f"SELECT * FROM arrivals WHERE {w}"), args=params),
+        "runs": spark.table("runs").join(keys.select("run_id").distinct(), "run_id", "left_semi"),
+    }
+    for name, df in views.items():  # each plan already holds the unfiltered view it reads
+        df.createOrReplaceTempView(name)
+
+
 def plain(df: pl.DataFrame) -> pl.DataFrame:
     """Decimal columns (DuckDB's SUM of integers) as Int64 / Float64."""
     casts = [
@@ -79,47 +133,45 @@ class Options:
 @dataclass
 class Context:
     layout: Layout
-    con: duckdb.DuckDBPyConnection
+    con: Engine  # the period's data (see open_period_engine)
     period: Period
     options: Options = field(default_factory=Options)
-    prev_con: duckdb.DuckDBPyConnection | None = None
+    prev_con: Engine | None = None
     prev_period: Period | None = None
     charts: dict[str, dict[str, Any]] = field(default_factory=dict)
     _cache: dict[tuple, pl.DataFrame] = field(default_factory=dict)
 
     # -- data ------------------------------------------------------------------------------
+    def _frame(self, t: pa.Table) -> pl.DataFrame:
+        # DuckDB's results as they always were; other engines' with DuckDB's dtypes first.
+        return plain(pl.from_arrow(t) if self.con.name == "duckdb" else normalize(t))  # type: ignore[arg-type]
+
     def views(self) -> set[str]:
-        rows = self.con.sql("SELECT table_name FROM information_schema.tables").fetchall()
-        return {r[0] for r in rows}
+        return set(self.con.views())
 
     def has(self, view: str) -> bool:
         return view in self.views()
 
     def columns(self, view: str) -> list[str]:
-        rows = self.con.sql(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = $v "
-            "ORDER BY ordinal_position",
-            params={"v": view},
-        ).fetchall()
-        return list(dict.fromkeys(r[0] for r in rows))
+        return list(self.con.arrow(f"SELECT * FROM {view} LIMIT 0").column_names)
+
+    def count(self, view: str) -> int:
+        return int(self.con.arrow(f"SELECT count(*) AS n FROM {view}").column(0)[0].as_py())
 
     def table(self, name: str, limit: int | None = None) -> pl.DataFrame:
         """A whole derived table (attribution, claims, replay ...), at most ``limit`` rows."""
-        rel = self.con.table(name)
-        if limit is not None:
-            rel = rel.limit(limit)
-        return plain(pl.from_arrow(rel.to_arrow_table()))  # type: ignore[arg-type]
+        sql = f"SELECT * FROM {name}" + (f" LIMIT {int(limit)}" if limit is not None else "")
+        return self._frame(self.con.arrow(sql))
 
     def query(self, name: str, params: dict[str, Any] | None = None, prev: bool = False):
         """Run the named query ``queries/<name>.sql`` on this (or the previous) period."""
-        con = self.prev_con if prev else self.con
-        if con is None:
+        eng = self.prev_con if prev else self.con
+        if eng is None:
             return None
         key = (name, tuple(sorted((params or {}).items())), prev)
         if key not in self._cache:
-            q = load(name)
             given = {k: str(v) for k, v in (params or {}).items()}
-            self._cache[key] = plain(pl.from_arrow(run_named(con, q, given)))  # type: ignore[arg-type]
+            self._cache[key] = self._frame(eng.named_arrow(load(name), given))
         return self._cache[key]
 
     def slo_params(self) -> dict[str, float]:

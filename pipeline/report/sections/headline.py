@@ -8,6 +8,7 @@ from pipeline.report.context import Context
 from pipeline.report.html import Col, Section, esc, ms, num, pct, table
 
 LATENCY = ("ttft", "tpot", "itl", "e2e")
+MAX_SUMMARY_SERIES = 50  # model x GPU rows listed in the JSON summary
 
 
 def headline_frame(ctx: Context, prev: bool = False) -> pl.DataFrame | None:
@@ -79,5 +80,12 @@ def build(ctx: Context) -> Section:
         "failed": int(df["errors"].sum() + df["cancelled"].sum()),
         "output_tokens": int(df["output_tokens"].sum()),
         "series": df.height,
+        # per model x GPU (the largest first): requests and TTFT percentiles in seconds
+        "by_series": [
+            {k: r.get(k) for k in ("model", "gpu", "requests", "ttft_p50", "ttft_p90")}
+            for r in df.sort("requests", "model", "gpu", descending=[True, False, False])
+            .head(MAX_SUMMARY_SERIES)
+            .iter_rows(named=True)
+        ],
     }
     return s

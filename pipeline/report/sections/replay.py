@@ -48,5 +48,5 @@ def build(ctx: Context) -> Section:
         frame = ctx.table("replay", limit=1000)
     steps = None
     if ctx.has("steps"):
-        steps = int(ctx.con.table("steps").count("*").fetchall()[0][0])
+        steps = ctx.count("steps")
     return section_from_frame(frame, steps)
