@@ -109,3 +109,11 @@ def test_formats_lists_every_reader_with_capabilities(cli_env):
     assert rows["native"]["per_token"] and rows["native"]["gpu_model_in_log"]
     assert rows["mooncake"]["arrivals_only"] and not rows["mooncake"]["per_request"]
     assert "gpu" in rows["vllm_bench"]["needs_set"]
+
+
+def test_missing_warehouse_is_a_data_error_for_every_reader_of_it(tmp_path, cli_env):
+    env = {**cli_env, "PIPELINE_WAREHOUSE": str(tmp_path / "none")}
+    for args in (["fit"], ["report", "--out", str(tmp_path / "r")], ["attribute"]):
+        r = run(args, env)
+        assert r.returncode == 3, (args, r.stderr)
+        assert "no warehouse at" in r.stderr and "pipeline ingest" in r.stderr

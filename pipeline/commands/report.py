@@ -96,7 +96,7 @@ def command(
     options = options_from(slo_ttft, slo_tpot, regression)
     layout = layout_for(warehouse)
     if not layout.root.is_dir():
-        raise UserError(
+        raise DataError(
             f"no warehouse at {layout.root}; run `pipeline ingest LOGS --warehouse ...`"
         )
     try:
