@@ -21,8 +21,6 @@ import argparse
 import hashlib
 import json
 import math
-import os
-import platform
 import shutil
 import sys
 import time
@@ -37,6 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline.engines import open_engine  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+from _common import machine  # noqa: E402
+
 from pipeline.query.named import all_queries, queries_dir  # noqa: E402
 from pipeline.schema.tables import PARTITIONED, TABLES, arrow_schema  # noqa: E402
 from pipeline.warehouse.arrow import to_arrow  # noqa: E402
@@ -224,19 +226,6 @@ def same(a: pl.DataFrame, b: pl.DataFrame, rel: float = 1e-9) -> bool:
             elif u != v:
                 return False
     return True
-
-
-def machine() -> str:
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {platform.system()}"
 
 
 def main() -> None:

@@ -48,3 +48,26 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
     env["PIPELINE_WAREHOUSE"] = str(tmp_path / "warehouse")
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session for every Spark test (starting the JVM costs ~10 s)."""
+    from pipeline.engines.spark_engine import missing_requirements
+
+    reason = missing_requirements()
+    if reason:
+        pytest.skip(f"Spark tests need Java 17 and pyspark: {reason}")
+    from pipeline.engines.spark_engine import start_session
+
+    session = start_session(
+        "local[2]",
+        {
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.driver.memory": "1g",
+            "spark.sql.codegen.wholeStage": "false",  # tiny data: compiling costs more than runs
+        },
+    )
+    yield session
+    session.stop()

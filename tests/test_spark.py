@@ -16,7 +16,6 @@ import polars as pl
 import pytest
 
 from pipeline.engines import open_engine
-from pipeline.engines.spark_engine import missing_requirements
 from pipeline.engines.translate import to_spark
 from pipeline.ingest.run import ingest_paths, totals
 from pipeline.query.named import all_queries, queries_dir
@@ -99,25 +98,6 @@ def write_logs(folder: Path, seed: int = 7) -> dict[str, int]:
         expected["lines"] += len(lines)
         (folder / f"{run}.jsonl").write_text("\n".join(lines) + "\n")
     return expected
-
-
-@pytest.fixture(scope="module")
-def spark():
-    reason = missing_requirements()
-    if reason:
-        pytest.skip(f"Spark tests need Java 17 and pyspark: {reason}")
-    from pipeline.engines.spark_engine import start_session
-
-    session = start_session(
-        "local[2]",
-        {
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            "spark.driver.memory": "1g",
-        },
-    )
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

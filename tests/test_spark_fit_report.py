@@ -15,7 +15,6 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli import main
-from pipeline.engines.spark_engine import missing_requirements
 from pipeline.ingest.run import ingest_paths
 from pipeline.sim.generator import GenerateSpec, generate
 from pipeline.warehouse.layout import Layout
@@ -23,26 +22,6 @@ from pipeline.warehouse.layout import Layout
 pytestmark = pytest.mark.spark
 
 REL = 1e-9
-
-
-@pytest.fixture(scope="module")
-def spark():
-    reason = missing_requirements()
-    if reason:
-        pytest.skip(f"Spark tests need Java 17 and pyspark: {reason}")
-    from pipeline.engines.spark_engine import start_session
-
-    session = start_session(
-        "local[2]",
-        {
-            "spark.sql.shuffle.partitions": "1",
-            "spark.default.parallelism": "2",
-            "spark.driver.memory": "1g",
-            "spark.sql.codegen.wholeStage": "false",  # tiny data: compiling costs more than runs
-        },
-    )
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")
