@@ -7,7 +7,7 @@ SELECT
     max_num_seqs,
     critical_batch_roofline AS predicted_critical_batch,
     critical_batch_fitted AS measured_critical_batch,
-    critical_batch_fitted / critical_batch_roofline AS measured_over_predicted,
+    critical_batch_fitted / nullif(critical_batch_roofline, 0) AS measured_over_predicted,
     max_batch_seen,
     CASE
         WHEN max_batch_seen IS NULL THEN NULL

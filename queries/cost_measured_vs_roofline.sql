@@ -42,8 +42,8 @@ pre AS (
             ((prompt_tokens - coalesce(cached_tokens, 0)) * cm.roof_s_per_token
                 + (prompt_tokens - coalesce(cached_tokens, 0))
                 * (coalesce(cached_tokens, 0) + (prompt_tokens - coalesce(cached_tokens, 0)) / 2.0)
-                * cm.roof_s_per_pair) / cm.mfu,
-            (cm.roof_weights_s + prompt_tokens * cm.roof_kv_s_per_token) / cm.mbu
+                * cm.roof_s_per_pair) / nullif(cm.mfu, 0),
+            (cm.roof_weights_s + prompt_tokens * cm.roof_kv_s_per_token) / nullif(cm.mbu, 0)
         ) + cm.step_overhead + cm.seq_overhead AS fitted_s
     FROM req
     JOIN cm
@@ -95,10 +95,10 @@ dec AS (
         greatest(
             (run.decoding * cm.roof_s_per_token
                 + run.decoding * (req.prompt_tokens + req.output_tokens / 2.0) * cm.roof_s_per_pair)
-                / cm.mfu,
+                / nullif(cm.mfu, 0),
             (cm.roof_weights_s
                 + run.decoding * (req.prompt_tokens + req.output_tokens / 2.0)
-                * cm.roof_kv_s_per_token) / cm.mbu
+                * cm.roof_kv_s_per_token) / nullif(cm.mbu, 0)
         ) + cm.step_overhead + cm.seq_overhead * run.decoding AS fitted_s
     FROM req
     JOIN run ON run.run_id = req.run_id AND run.request_id = req.request_id AND run.delta = 1
@@ -127,7 +127,8 @@ SELECT
     avg(measured_s) AS measured_mean_s,
     avg(roofline_s) AS roofline_mean_s,
     avg(fitted_s) AS fitted_mean_s,
-    avg(measured_s) / avg(roofline_s) AS measured_over_roofline
+    -- nullif: DuckDB gives inf for x / 0 and Spark NULL; NULL on both keeps them equal.
+    avg(measured_s) / nullif(avg(roofline_s), 0) AS measured_over_roofline
 FROM both_phases
 GROUP BY phase, model, gpu, gpu_count, bucket_by, bucket_lo
 ORDER BY phase DESC, model, gpu, gpu_count, bucket_lo
