@@ -18,6 +18,19 @@ warehouse_option = click.option(
 )
 
 
+def engine_option(what: str):
+    """--engine duckdb|spark, the same on every command that reads the warehouse."""
+    from pipeline.engines import ENGINES
+
+    return click.option(
+        "--engine",
+        type=click.Choice(ENGINES),
+        default="duckdb",
+        show_default=True,
+        help=f"{what}: duckdb in process, or spark. See docs/fleet.md.",
+    )
+
+
 def layout_for(warehouse: str | None) -> Layout:
     return Layout(warehouse_path(warehouse))
 

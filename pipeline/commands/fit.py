@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from pipeline.commands._common import console, layout_for, warehouse_option
-from pipeline.engines import ENGINES, EngineError
+from pipeline.commands._common import console, engine_option, layout_for, warehouse_option
+from pipeline.engines import EngineError
 from pipeline.errors import DataError, UserError
 
 
@@ -19,14 +19,7 @@ from pipeline.errors import DataError, UserError
 )
 @click.option("--no-claims", is_flag=True, help="Do not write the claims table.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-@click.option(
-    "--engine",
-    type=click.Choice(ENGINES),
-    default="duckdb",
-    show_default=True,
-    help="Engine for the fit's SQL: duckdb in process, or spark (only each group's selection "
-    "comes back to Python; a URI warehouse needs spark). See docs/fleet.md.",
-)
+@engine_option("Engine for the fit's SQL (spark: only each group's selection comes back)")
 def command(
     warehouse: str | None, max_requests: int | None, no_claims: bool, quiet: bool, engine: str
 ) -> None:

@@ -9,8 +9,8 @@ import duckdb
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.commands._common import layout_for, warehouse_option
-from pipeline.engines import ENGINES, open_engine
+from pipeline.commands._common import engine_option, layout_for, warehouse_option
+from pipeline.engines import open_engine
 from pipeline.errors import UserError
 from pipeline.query.named import QueryError, all_queries, load, queries_dir
 from pipeline.query.output import render_table, write
@@ -50,13 +50,8 @@ from pipeline.query.output import render_table, write
     default=None,
     help="Folder of named queries [default: ./queries].",
 )
-@click.option(
-    "--engine",
-    type=click.Choice(ENGINES),
-    default="duckdb",
-    show_default=True,
-    help="Query engine: duckdb in process, or spark (local[*], spark-submit or a "
-    "cluster; the SQL is translated by sqlglot). See docs/fleet.md.",
+@engine_option(
+    "Query engine (spark: local[*], spark-submit or a cluster; SQL translated by sqlglot)"
 )
 def command(name, warehouse, params, sql, list_, fmt, out, queries_dir_opt=None, **kw):
     """Run a named query (queries/NAME.sql) or ad-hoc SQL over the warehouse views.

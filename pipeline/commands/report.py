@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 import duckdb
 
-from pipeline.commands._common import console, layout_for, warehouse_option
-from pipeline.engines import ENGINES, EngineError
+from pipeline.commands._common import console, engine_option, layout_for, warehouse_option
+from pipeline.engines import EngineError
 from pipeline.errors import DataError, UserError
 from pipeline.report import NothingToReport, Options, PeriodError, build_report
 
@@ -68,14 +68,7 @@ def options_from(slo_ttft: str, slo_tpot: str, regression: float) -> Options:
 )
 @period_options
 @click.option("--quiet", "-q", is_flag=True, help="Print only the report's path.")
-@click.option(
-    "--engine",
-    type=click.Choice(ENGINES),
-    default="duckdb",
-    show_default=True,
-    help="Engine for the report's queries: duckdb in process, or spark (the period is "
-    "filtered in Spark; only query results come back). See docs/fleet.md.",
-)
+@engine_option("Engine for the report's queries (with spark the period is filtered in Spark)")
 def command(
     warehouse, out, since, until, compare_with, slo_ttft, slo_tpot, regression, quiet, engine
 ):
