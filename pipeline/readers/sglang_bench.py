@@ -13,11 +13,9 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
-import polars as pl
-
 from pipeline.readers import _common as c
 from pipeline.readers.base import Capabilities, InputError, ReadContext, ReaderOutput
-from pipeline.readers.vllm_bench import per_request_arrays, run_ids, split_run
+from pipeline.readers.vllm_bench import RunParts, assemble_runs, run_ids, split_run
 
 PRIORITY = 21
 
@@ -67,39 +65,17 @@ class SglangBenchReader:
                 raise InputError(f"no SGLang bench_serving run could be parsed ({bad[0][1]})")
             raise InputError("file is empty")
         ids = run_ids(ctx, len(good))
-        runs, summaries, req_frames, q_frames = [], [], [], []
+        runs = []
         for (line, obj), run_id in zip(good, ids, strict=True):
             meta, metrics = split_run(obj)
             meta["source_line"] = line
             meta["arrival_times_known"] = False
-            backend = obj.get("backend") if isinstance(obj.get("backend"), str) else None
             server_info = obj.get("server_info") if isinstance(obj.get("server_info"), dict) else {}
             model = server_info.get("model_path") if isinstance(server_info, dict) else None
             rate = c.as_float(obj.get("request_rate"))
-            runs.append(
-                {
-                    "run_id": run_id,
-                    "model": model,
-                    "backend": backend,
-                    "request_rate": None if rate is None or math.isnan(rate) else rate,
-                    "max_concurrency": obj.get("max_concurrency"),
-                    "metadata": meta,
-                }
-            )
-            summaries.append(c.summaries_frame(self.name, ctx, run_id, metrics))
-            reqs, q = per_request_arrays(obj, run_id, model, c.engine_from_backend(backend))
-            if reqs.height:
-                req_frames.append(reqs)
-            if q.height:
-                q_frames.append(q)
-        if bad:
-            q_frames.append(c.quarantine_frame(*zip(*bad, strict=True)))
-        yield ReaderOutput(
-            requests=pl.concat(req_frames) if req_frames else None,
-            quarantine=pl.concat(q_frames) if q_frames else None,
-            runs=c.runs_frame(self.name, ctx, runs),
-            run_summaries=pl.concat(summaries),
-        )
+            rate = None if rate is None or math.isnan(rate) else rate
+            runs.append(RunParts(run_id, obj, model, meta, metrics, rate))
+        yield assemble_runs(self.name, ctx, runs, bad)
 
 
 READER = SglangBenchReader()

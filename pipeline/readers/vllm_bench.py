@@ -12,6 +12,7 @@ import io
 import math
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -346,6 +347,53 @@ def _parse_numeric_array(chunk: bytes, nested: bool) -> pl.Series:
     return pl.read_ndjson(io.BytesIO(lines), schema={"v": pl.List(pl.Float64)})["v"]
 
 
+@dataclass
+class RunParts:
+    """One benchmark run of a vLLM / SGLang result file, parsed."""
+
+    run_id: str
+    obj: dict[str, Any]
+    model: str | None
+    meta: dict[str, Any]
+    metrics: dict[str, Any]
+    request_rate: float | None
+
+
+def assemble_runs(
+    name: str, ctx: ReadContext, runs: list[RunParts], bad: list[tuple[int, str, Any]]
+) -> ReaderOutput:
+    """Runs, summaries and per-request rows of parsed runs, plus the unparseable ones."""
+    summaries, req_frames, q_frames, run_rows = [], [], [], []
+    for r in runs:
+        backend = r.obj.get("backend") if isinstance(r.obj.get("backend"), str) else None
+        run_rows.append(
+            {
+                "run_id": r.run_id,
+                "model": r.model,
+                "backend": backend,
+                "request_rate": r.request_rate,
+                "max_concurrency": r.obj.get("max_concurrency"),
+                "metadata": r.meta,
+            }
+        )
+        summaries.append(c.summaries_frame(name, ctx, r.run_id, r.metrics))
+        reqs, q = per_request_arrays(r.obj, r.run_id, r.model, c.engine_from_backend(backend))
+        if reqs.height:
+            req_frames.append(reqs)
+        if q.height:
+            q_frames.append(q)
+    if bad:
+        q_frames.append(
+            c.quarantine_frame([b[0] for b in bad], [b[1] for b in bad], [b[2] for b in bad])
+        )
+    return ReaderOutput(
+        requests=pl.concat(req_frames) if req_frames else None,
+        quarantine=pl.concat(q_frames) if q_frames else None,
+        runs=c.runs_frame(name, ctx, run_rows),
+        run_summaries=pl.concat(summaries),
+    )
+
+
 class VllmBenchReader:
     name = "vllm_bench"
     description = (
@@ -387,42 +435,16 @@ class VllmBenchReader:
             raise InputError(f"no vLLM benchmark result object in the file ({bad[0][1]})")
         ids = run_ids(ctx, len(good))
         runs = []
-        summaries = []
-        q_frames = []
-        req_frames = []
         for (line, obj), run_id in zip(good, ids, strict=True):
             meta, metrics = split_run(obj)
-            model = obj.get("model_id") if isinstance(obj.get("model_id"), str) else None
-            backend = obj.get("backend") if isinstance(obj.get("backend"), str) else None
             meta["source_line"] = line
             meta["per_request_arrays"] = sorted(k for k in ARRAY_KEYS if k in obj)
             meta["arrival_times_known"] = _is_array(obj.get("start_times"))
+            model = obj.get("model_id") if isinstance(obj.get("model_id"), str) else None
             runs.append(
-                {
-                    "run_id": run_id,
-                    "model": model,
-                    "backend": backend,
-                    "request_rate": _request_rate(obj.get("request_rate")),
-                    "max_concurrency": obj.get("max_concurrency"),
-                    "metadata": meta,
-                }
+                RunParts(run_id, obj, model, meta, metrics, _request_rate(obj.get("request_rate")))
             )
-            summaries.append(c.summaries_frame(self.name, ctx, run_id, metrics))
-            reqs, q = per_request_arrays(obj, run_id, model, c.engine_from_backend(backend))
-            if reqs.height:
-                req_frames.append(reqs)
-            if q.height:
-                q_frames.append(q)
-        if bad:
-            q_frames.append(
-                c.quarantine_frame([b[0] for b in bad], [b[1] for b in bad], [b[2] for b in bad])
-            )
-        yield ReaderOutput(
-            requests=pl.concat(req_frames) if req_frames else None,
-            quarantine=pl.concat(q_frames) if q_frames else None,
-            runs=c.runs_frame(self.name, ctx, runs),
-            run_summaries=pl.concat(summaries),
-        )
+        yield assemble_runs(self.name, ctx, runs, bad)
 
 
 READER = VllmBenchReader()
