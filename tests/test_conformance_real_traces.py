@@ -18,6 +18,7 @@ import pytest
 from pipeline.ingest.sources import read_head
 from pipeline.readers import registry
 from pipeline.readers.base import ReadContext, ReaderOutput
+from pipeline.readers.companions import companion_reason
 
 ROOT = Path(__file__).resolve().parents[2] / "shared" / "real_traces"
 pytestmark = pytest.mark.skipif(
@@ -25,6 +26,8 @@ pytestmark = pytest.mark.skipif(
 )
 TABLES = ("requests", "quarantine", "arrivals", "run_summaries", "runs")
 
+_DS = "serving_runs/distserve_opt13b_a100"
+_LS = "serving_runs/llmservingsim_vllm019"
 # file, reader, requests, quarantined, arrivals, run_summaries rows, runs rows
 EXPECTED = [
     ("aiperf/profile_export.jsonl", "aiperf", 47, 0, 0, 0, 0),
@@ -83,7 +86,94 @@ EXPECTED = [
     ("splitwise_sim/test_trace.csv", "splitwise", 0, 0, 3, 0, 0),
     ("vllm_bench_serve/nv-action_serving_llama8B_tp1_qps_1.json", "vllm_bench", 0, 0, 0, 12, 1),
     ("vllm_bench_serve/nv-action_serving_llama8B_tp1_qps_inf.json", "vllm_bench", 0, 0, 0, 12, 1),
+    ("guidellm_0.8/benchmarks.json", "guidellm", 160, 0, 0, 6412, 4),
+    ("aiperf_0.13/profile_export_aiperf.csv", "aiperf_aggregate", 0, 0, 0, 618, 1),
+    ("aiperf_0.13/phases/profiling/profile_export_aiperf.csv", "aiperf_aggregate", 0, 0, 0, 618, 1),
+    ("aiperf_0.13/phases/warmup/profile_export_aiperf.csv", "aiperf_aggregate", 0, 0, 0, 618, 1),
+    # The calibration set: each run's .exp.txt (the .line1_CONVERTED.jsonl twin is skipped).
+    *[
+        (f"{_DS}/{run}.exp.txt", "distserve_exp", n, 0, 0, 7, 1)
+        for run, n in (
+            ("vllm-100-1", 100),
+            ("vllm-200-2", 200),
+            ("vllm-300-3", 300),
+            ("vllm-400-4", 400),
+            ("distserve-c21d11-300-3", 300),
+            ("distserve-c21d11-300-6", 300),
+            ("distserve-c21d11-300-9", 300),
+        )
+    ],
+    (
+        f"{_LS}/bench-RTX4090-Llama-3.1-8B/vllm_requests.jsonl",
+        "vllm_request_stats",
+        300,
+        0,
+        0,
+        0,
+        1,
+    ),
 ]
+
+# AIPerf 0.13's renamed fields are not read yet (issue 12, point 10): these are the counts the
+# client's own summary gives (100 profiled requests; the 8 warmup records are not requests),
+# expected to fail until the reader learns 0.13. strict: a fix makes them pass and must move
+# them into EXPECTED.
+KNOWN_WRONG = [
+    ("aiperf_0.13/profile_export.jsonl", "aiperf", 100, 0, 0, 0, 0),
+    ("aiperf_0.13/profile_export_aiperf.json", "aiperf_aggregate", 0, 0, 0, None, 1),
+    (
+        "aiperf_0.13/phases/profiling/profile_export_aiperf.json",
+        "aiperf_aggregate",
+        0,
+        0,
+        0,
+        None,
+        1,
+    ),
+    ("aiperf_0.13/phases/warmup/profile_export_aiperf.json", "aiperf_aggregate", 0, 0, 0, None, 1),
+]
+
+# Files beside the logs that hold no requests of their own: ingest skips them with this reason
+# (pipeline/readers/companions.py), so a folder as the tool wrote it passes --strict.
+_DS_RUNS = (
+    "vllm-100-1",
+    "vllm-200-2",
+    "vllm-300-3",
+    "vllm-400-4",
+    "distserve-c21d11-300-3",
+    "distserve-c21d11-300-6",
+    "distserve-c21d11-300-9",
+)
+_RTX = f"{_LS}/bench-RTX4090-Llama-3.1-8B"
+_PROF = f"{_LS}/profile-RTX4090-Llama-3.1-8B"
+SKIPPED = {
+    **{f"{_DS}/{run}.line1_CONVERTED.jsonl": "same requests as the .exp.txt" for run in _DS_RUNS},
+    **{
+        f"{_DS}/opt-13b-sharegpt-workload__{run}.json": "DistServe input workload"
+        for run in _DS_RUNS
+    },
+    f"{_DS}/profiler-a100-80g.vllm.json": "DistServe fitted profile",
+    f"{_DS}/profiler-a100-80g.distserve.json": "DistServe fitted profile",
+    f"{_RTX}/vllm_meta.json": "vLLM engine metadata, read with the request stats",
+    f"{_RTX}/config.json": "LLMServingSim cluster description",
+    f"{_RTX}/validation_summary.txt": "LLMServingSim validation summary",
+    f"{_RTX}/vllm_timeseries.csv": "time series",
+    f"{_PROF}/meta.yaml": "layer-wise profile",
+    f"{_PROF}/tp1/attention.csv": "layer-wise profile",
+    f"{_PROF}/tp1/dense.csv": "layer-wise profile",
+    f"{_PROF}/tp1/per_sequence.csv": "layer-wise profile",
+    "aiperf_0.13/inputs.json": "AIPerf companion",
+    "aiperf_0.13/phase_manifest.json": "AIPerf companion",
+    "aiperf_0.13/logs/aiperf.log": "AIPerf companion",
+    "aiperf_0.13/profile_export_console.txt": "AIPerf companion",
+    "guidellm_0.8/benchmarks.csv": "GuideLLM CSV export",
+}
+# Documentation and hidden files: never inputs (ingest's discover/_NOT_LOGS leave them out).
+NOT_INPUTS = {
+    "CLIENT_RUNS.md",
+    "guidellm_0.8/benchmarks.html",
+    "aiperf_0.13/.aiperf_results_ready.json",
+}
 
 
 def read(rel: str) -> dict[str, pl.DataFrame]:
@@ -106,7 +196,9 @@ def test_every_real_file_is_listed() -> None:
     files = {
         str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file() and p.name != "SOURCES.md"
     }
-    assert files == {e[0] for e in EXPECTED}
+    listed = [e[0] for e in EXPECTED + KNOWN_WRONG] + [*SKIPPED, *NOT_INPUTS]
+    assert len(listed) == len(set(listed)), "a file is listed twice"
+    assert files == set(listed)
 
 
 @pytest.mark.parametrize(("rel", "reader", "req", "quar", "arr", "summ", "runs"), EXPECTED)
@@ -115,6 +207,31 @@ def test_counts(rel: str, reader: str, req: int, quar: int, arr: int, summ: int,
     assert f["_reader"]["name"][0] == reader
     got = tuple(f[t].height for t in TABLES)
     assert got == (req, quar, arr, summ, runs)
+
+
+@pytest.mark.xfail(strict=True, reason="AIPerf 0.13 field names not read yet (issue 12, point 10)")
+@pytest.mark.parametrize(("rel", "reader", "req", "quar", "arr", "summ", "runs"), KNOWN_WRONG)
+def test_counts_known_wrong(
+    rel: str, reader: str, req: int, quar: int, arr: int, summ: int | None, runs: int
+) -> None:
+    f = read(rel)
+    assert f["_reader"]["name"][0] == reader
+    got = tuple(f[t].height for t in TABLES)
+    assert got[:3] + got[4:] == (req, quar, arr, runs)
+    assert summ is None or got[3] == summ
+
+
+@pytest.mark.parametrize(("rel", "why"), sorted(SKIPPED.items()))
+def test_companions_are_skipped_with_their_reason(rel: str, why: str) -> None:
+    path = ROOT / rel
+    reason = companion_reason(path, read_head(path))
+    assert reason is not None and why in reason, reason
+
+
+def test_no_log_is_taken_for_a_companion() -> None:
+    for rel, *_ in EXPECTED + KNOWN_WRONG:
+        path = ROOT / rel
+        assert companion_reason(path, read_head(path)) is None, rel
 
 
 # ---------------------------------------------------------------- spot values

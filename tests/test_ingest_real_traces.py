@@ -39,7 +39,31 @@ EXPECTED = {
     "splitwise_sim/perf_model.csv": ("splitwise", 1, 0, 1, 0, 0),
     "splitwise_sim/test_trace.csv": ("splitwise", 3, 0, 0, 3, 0),
     "vllm_bench_serve/nv-action_serving_llama8B_tp1_qps_1.json": ("vllm_bench", 0, 0, 0, 0, 12),
+    "serving_runs/distserve_opt13b_a100/vllm-400-4.exp.txt": ("distserve_exp", 400, 400, 0, 0, 7),
+    "serving_runs/distserve_opt13b_a100/distserve-c21d11-300-9.exp.txt": (
+        "distserve_exp",
+        300,
+        300,
+        0,
+        0,
+        7,
+    ),
+    "serving_runs/llmservingsim_vllm019/bench-RTX4090-Llama-3.1-8B/vllm_requests.jsonl": (
+        "vllm_request_stats",
+        300,
+        300,
+        0,
+        0,
+        0,
+    ),
 }
+# Companions land as "skipped" with nothing written; each run is counted once.
+SKIPPED = (
+    "serving_runs/distserve_opt13b_a100/vllm-400-4.line1_CONVERTED.jsonl",
+    "serving_runs/distserve_opt13b_a100/opt-13b-sharegpt-workload__vllm-400-4.json",
+    "serving_runs/llmservingsim_vllm019/bench-RTX4090-Llama-3.1-8B/vllm_meta.json",
+    "serving_runs/llmservingsim_vllm019/profile-RTX4090-Llama-3.1-8B/tp1/dense.csv",
+)
 
 
 def test_every_real_file_lands_with_exact_counts(shared, tmp_path):
@@ -53,6 +77,9 @@ def test_every_real_file_lands_with_exact_counts(shared, tmp_path):
         got = (r.format, c["read"], c["ingested"], c["quarantined"], c["arrivals"], c["summaries"])
         assert got == (fmt, read, ingested, quarantined, arrivals, summaries), rel
         assert c["read"] == c["ingested"] + c["quarantined"] + c["duplicates"] + c["arrivals"]
+    for rel in SKIPPED:
+        r = results[rel]
+        assert (r.status, sum(r.counts.values())) == ("skipped", 0), rel
     t = totals(list(results.values()))
     con = connect(layout)
     assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == t["ingested"]

@@ -97,6 +97,31 @@ def test_latency_percentiles(tmp_path):
     assert rows[1]["ttft_p99"] == pytest.approx(0.3, abs=EPS)
 
 
+def test_latency_by_run(tmp_path):
+    recs = [
+        {**timed(0, 0.1, 0.01, 3), "run_id": "a"},
+        {**timed(1, 0.2, 0.02, 3), "run_id": "a"},
+        {**timed(2, 0.6, 0.04, 3), "run_id": "a"},
+        {**timed(3, 0.3, 0.05, 1), "run_id": "b"},  # one token: no TPOT
+        {**timed(4, 0.5, 0.03, 2), "run_id": "b"},
+        {**timed(5, 9.0, 0.5, 3, status="error"), "run_id": "b"},  # errors are left out
+    ]
+    rows = _rows(_con(tmp_path, recs), "latency_by_run")
+    assert [(r["run_id"], r["requests"], r["output_tokens"]) for r in rows] == [
+        ("a", 3, 9),
+        ("b", 2, 3),
+    ]
+    a, b = rows
+    assert a["ttft_mean"] == pytest.approx(0.3, abs=EPS)
+    assert a["ttft_p50"] == pytest.approx(0.2, abs=EPS)
+    assert a["ttft_p90"] == pytest.approx(0.52, abs=EPS)  # 0.2 + 0.8 * (0.6 - 0.2)
+    assert a["tpot_mean"] == pytest.approx(0.07 / 3, abs=EPS)
+    assert a["e2e_mean"] == pytest.approx((0.12 + 0.24 + 0.68) / 3, abs=EPS)
+    assert b["tpot_mean"] == pytest.approx(0.03, abs=EPS)  # only the 2-token request has one
+    assert b["ttft_mean"] == pytest.approx(0.4, abs=EPS)
+    assert b["e2e_p90"] == pytest.approx(0.3 + 0.9 * (0.53 - 0.3), abs=EPS)
+
+
 def test_ttft_by_prompt_length(tmp_path):
     recs = [
         timed(0, 0.1, 0.01, 2, prompt=100),

@@ -123,11 +123,18 @@ def _print_summary(out, results, t, root) -> None:
         table.add_row(f"... {len(results) - 30} more files", "", "", "", "", "", "")
     out.print(table)
     out.print(
-        f"files: {t['files']} ({t['already']} already ingested) · read {t['read']:,} · "
+        f"files: {t['files']} ({t['already']} already ingested, {t['skipped']} skipped as "
+        f"not logs) · read {t['read']:,} · "
         f"ingested {t['ingested']:,} · quarantined {t['quarantined']:,} · "
         f"duplicates skipped {t['duplicates']:,} · arrivals {t['arrivals']:,} · "
         f"token rows {t['tokens']:,}"
     )
+    skipped: dict[str, int] = {}
+    for r in results:
+        if r.status == "skipped":
+            skipped[r.message] = skipped.get(r.message, 0) + 1
+    for why, n in sorted(skipped.items()):
+        out.print(f"skipped {n} file(s), {why}")
     if t["quarantined"]:
         out.print(
             'see why: pipeline query --sql "SELECT source_file, line, reason FROM quarantine"'

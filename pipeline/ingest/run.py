@@ -28,6 +28,7 @@ from pipeline.ingest import metadata
 from pipeline.ingest.sources import discover, is_binary, read_head, sha256_file
 from pipeline.ingest.validate import validate
 from pipeline.readers.base import InputError, ReadContext, Reader, ReaderOutput
+from pipeline.readers.companions import companion_reason
 from pipeline.readers.registry import by_name, detect
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.writer import StagedWrite
@@ -46,7 +47,7 @@ _HASH_SEED = 0x5EED
 @dataclass
 class FileResult:
     path: Path
-    status: str  # ingested | already | empty
+    status: str  # ingested | already | empty | skipped (a companion file, not a log)
     format: str | None = None
     sha256: str | None = None
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNT_KEYS, 0))
@@ -197,6 +198,14 @@ class Ingestor:
         ident = (str(path.resolve()), st.st_size, st.st_mtime_ns)
         sha = (known or {}).get(ident)
         result = FileResult(path=path, status="already", sha256=sha)
+        if not self.options.fmt:
+            try:
+                reason = companion_reason(path, read_head(path))
+            except InputError:
+                reason = None
+            if reason is not None:
+                result.status, result.message = "skipped", f"not a log: {reason}"
+                return result
         if sha is not None and self.layout.manifest_file(sha).exists():
             result.message = "already ingested (same content hash)"
             return result
@@ -462,4 +471,5 @@ def totals(results: list[FileResult]) -> dict[str, int]:
                 t[k] += r.counts.get(k, 0)
     t["files"] = len(results)
     t["already"] = sum(r.status == "already" for r in results)
+    t["skipped"] = sum(r.status == "skipped" for r in results)
     return t
