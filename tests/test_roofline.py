@@ -172,3 +172,34 @@ def test_decode_lines_match_step_time(batch: int, ctx: int, k: int, tp: int) -> 
     c0, c1, m0, m1, fixed = cost.decode_lines(batch, batch * ctx)
     direct = cost.decode_step_time(batch, batch * (ctx + k))
     assert max(c0 + c1 * k, m0 + m1 * k) + fixed == pytest.approx(float(direct), rel=1e-12)
+
+
+def test_overlap_hides_a_fraction_of_the_smaller_term() -> None:
+    """OPT-13B on one A100, fp16: a 780-token prefill is compute-bound, a batch-8 decode memory-
+    bound. overlap 1 is the roofline max, 0 the sum; in between the smaller term is partly hidden.
+    Compute and memory seconds from the formulas of metrics.md, by hand."""
+    m, g = catalog.model("facebook/opt-13b"), catalog.gpu("A100-80GB")
+    flops = 2 * m.active_params * 780 + 4 * m.layers * m.attn_dim * 780 * 390
+    c = flops / (0.6 * g.bf16_flops)
+    mem = (m.params * 2 + kv_bytes_per_token(m, "fp16") * 780) / (0.8 * g.bandwidth)
+    for overlap, want in ((1.0, c), (0.0, c + mem), (0.25, c + 0.75 * mem)):
+        cost = StepCost(m, g, weight_dtype="fp16", kv_dtype="fp16", mfu=0.6, mbu=0.8,
+                        step_overhead=5e-3, overlap=overlap)  # fmt: skip
+        assert float(cost.prefill_time(780)) == pytest.approx(want + 5e-3, rel=1e-12)
+        assert cost.time_of(780, 1, 780 * 390, 780, 780 * 780) == pytest.approx(
+            want + 5e-3, rel=1e-12
+        )
+    with pytest.raises(ValueError, match="overlap"):
+        StepCost(m, g, overlap=1.5)
+
+
+def test_decode_lines_keep_the_overlap() -> None:
+    """The closed-form decode run prices step k as time_of the same step (contexts + k each)."""
+    m, g = catalog.model("facebook/opt-13b"), catalog.gpu("A100-80GB")
+    cost = StepCost(m, g, mfu=0.5, mbu=0.7, overlap=0.3, step_overhead=4e-3, seq_overhead=3e-4)
+    b, ctx = 48, 48 * 900.0
+    lines = cost.decode_lines(b, ctx)
+    for k in (0, 7, 300):
+        want = cost.time_of(b, b, ctx + b * k, ctx + b * k, 0.0)
+        got = max(lines.c0 + lines.c1 * k, lines.m0 + lines.m1 * k) + lines.fixed
+        assert got == pytest.approx(want, rel=1e-12)
