@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from pipeline.schema.record import EXAMPLE_RECORD, RequestRecord
-from pipeline.schema.tables import PARTITIONED, TABLES, VIEWS, describe
+from pipeline.schema.tables import DERIVED, PARTITIONED, TABLES, VIEWS, describe
 
 
 def exported() -> dict[str, str]:
@@ -19,11 +19,11 @@ def exported() -> dict[str, str]:
     record["examples"] = [EXAMPLE_RECORD]
     tables = {
         name: {
-            "kind": "view" if name in VIEWS else "table",
+            "kind": "view" if name in VIEWS else ("derived" if name in DERIVED else "table"),
             "partitioned_by": ["day"] if name in PARTITIONED else [],
             "columns": describe(name),
         }
-        for name in [*TABLES, *VIEWS]
+        for name in [*TABLES, *DERIVED, *VIEWS]
     }
     return {
         "request-record.schema.json": json.dumps(record, indent=2, sort_keys=True) + "\n",

@@ -138,6 +138,53 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "arrivals": ARRIVALS,
     "run_summaries": RUN_SUMMARIES,
 }
+# Derived tables written by `pipeline fit` (calibration) and `pipeline validate`: one Parquet
+# file each, replaced atomically (pipeline/warehouse/derived.py). Declared here so that their
+# Arrow schemas and the JSON export come from the same place as the stored tables'.
+_DEPLOYMENT: tuple[Column, ...] = (
+    Column("model", S, "", "Model as logged.", nullable=False),
+    Column("gpu", S, "", "Accelerator type as logged.", nullable=False),
+    Column("gpu_count", I32, "GPUs", "GPUs serving one replica."),
+    Column("engine", S, "", "Serving engine as logged."),
+    Column("engine_version", S, "", "Engine version as logged."),
+    Column("weight_dtype", S, "", "Weight dtype."),
+    Column("kv_dtype", S, "", "KV-cache dtype."),
+)
+CALIBRATION: tuple[Column, ...] = (
+    *_DEPLOYMENT,
+    Column("scheduler", S, "", "Scheduler replayed: vllm-v0, vllm-v1, ...", nullable=False),
+    Column("scheduler_source", S, "", "'recorded' (engine and version) or 'inferred' (best fit)."),
+    Column(
+        "parameter", S, "", "mfu, mbu, overlap, step_overhead_s, seq_overhead_s, kv_tokens.", False
+    ),
+    Column("value", F, "", "Estimate (unit in the parameter's name; efficiencies are fractions)."),
+    Column("ci_low", F, "", "95 % interval, from the replay residuals' Jacobian; null if none."),
+    Column("ci_high", F, "", "95 % interval upper end; null if none."),
+    Column("status", S, "", "fitted | at bound | not identifiable | recorded | lower bound", False),
+    Column("runs", I32, "runs", "Runs the calibration replayed."),
+    Column("requests", I64, "requests", "Requests it replayed."),
+    Column("loss", F, "", "Final objective (robust mean |log error| per request and percentile)."),
+    Column("fit_seconds", F, "s", "Wall time of the calibration."),
+)
+VALIDATION: tuple[Column, ...] = (
+    Column("run_id", S, "", "Run replayed.", nullable=False),
+    *_DEPLOYMENT,
+    Column("scheduler", S, "", "Scheduler replayed.", nullable=False),
+    Column("split", S, "", "leave-one-run-out | second-half | in-sample", nullable=False),
+    Column(
+        "metric",
+        S,
+        "",
+        "ttft_p50, ttft_p90, tpot_p50, tpot_p90, e2e_p50, e2e_p90, throughput_tok_s",
+        nullable=False,
+    ),
+    Column("observed", F, "", "From the log (s, or tokens/s for throughput)."),
+    Column("replayed", F, "", "From the replay with the model fitted without this data."),
+    Column("error", F, "", "replayed / observed - 1."),
+    Column("requests", I64, "requests", "Requests replayed."),
+)
+DERIVED: dict[str, tuple[Column, ...]] = {"calibration": CALIBRATION, "validation": VALIDATION}
+
 # Views computed from stored tables (same contract for every engine). `tokens` is one row per
 # emission, unnested from requests.token_times at query time: storing the lists instead of one
 # row per token keeps ingest close to the speed of a plain JSON -> Parquet copy.
@@ -151,7 +198,7 @@ def arrow_schema(table: str) -> pa.Schema:
     return pa.schema(
         [
             pa.field(c.name, c.type, nullable=c.nullable, metadata={"unit": c.unit, "doc": c.doc})
-            for c in TABLES[table]
+            for c in {**TABLES, **DERIVED}[table]
         ]
     )
 
@@ -160,6 +207,8 @@ def describe(table: str) -> list[dict[str, str | bool]]:
     """Columns as plain dicts, for docs and the exported schema files."""
     if table in VIEWS:
         cols = [*VIEWS[table], PARTITION]
+    elif table in DERIVED:
+        cols = list(DERIVED[table])
     else:
         cols = list(TABLES[table]) + ([PARTITION] if table in PARTITIONED else [])
     return [

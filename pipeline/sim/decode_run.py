@@ -89,7 +89,8 @@ def run_ends(lines: DecodeLines, start: float, limit: int, budget: float = math.
         n = limit if limit < LOOP_STEPS else LOOP_STEPS
         ends: list[float] = []
         e = start
-        scale = 1e-15 * (abs(start) + abs(budget) + 1.0)
+        # No deadline (budget inf): nothing to be close to; keeps inf - inf out of the tests.
+        scale = 1e-15 * (abs(start) + (abs(budget) if budget != math.inf else 0.0) + 1.0)
         for k in range(n):
             if k:  # step k starts at e
                 rel, tol = e - start, scale * (k + 16)

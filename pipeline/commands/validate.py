@@ -1,0 +1,109 @@
+"""``pipeline validate``: replay every run with a model fitted without it; print the errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import click
+from rich.table import Table
+
+from pipeline.commands._common import console, layout_for, warehouse_option
+from pipeline.errors import DataError, UserError
+
+
+@click.command("validate")
+@warehouse_option
+@click.option("--run", "runs", multiple=True, help="Validate only the deployments of these runs.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="Output format.",
+)
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+def command(warehouse: str | None, runs: tuple[str, ...], fmt: str, quiet: bool) -> None:
+    """Replay each run with a model calibrated WITHOUT it and show observed vs replayed.
+
+    Leave one run out for deployments with several runs; with one run, fit on its first half
+    and score the second half. Prints p50/p90 TTFT, TPOT and E2E and output throughput per
+    run, the median |error| per deployment, and writes the `validation` table (the in-sample
+    replay is stored too, labelled `in-sample`). Needs arrival times and a model and GPU the
+    catalog knows (`pipeline ingest --set model=... gpu=...`).
+
+    \b
+    Example:
+      pipeline validate --warehouse warehouse/
+      pipeline query --sql "SELECT * FROM validation WHERE split <> 'in-sample'"
+    """
+    from pipeline.catalog.names import UnknownName
+    from pipeline.fit.calibration_store import load_deployments, write_validation
+    from pipeline.fit.validate import validate_deployment
+    from pipeline.warehouse.views import connect
+
+    layout = layout_for(warehouse)
+    if not layout.root.exists():
+        raise DataError(f"no warehouse at {layout.root}; run `pipeline ingest` first")
+    out = console(quiet)
+    deps = load_deployments(connect(layout))
+    selected = {
+        d: rs for d, rs in deps.runs.items() if not runs or any(r.run_id in runs for r in rs)
+    }
+    if runs and not selected:
+        raise UserError(f"no replayable run among {', '.join(runs)}")
+    for run_id, why in deps.left_out:
+        out.print(f"left out {run_id}: {why}")
+    if not selected:
+        raise DataError("no run with arrival times, a model and a GPU to validate")
+    rows: list[dict] = []
+    for dep, rs in selected.items():
+        try:
+            got, _ = validate_deployment(dep, rs, progress=lambda s: out.print(s, style="dim"))
+        except UnknownName as exc:
+            out.print(f"left out {dep.label()}: {exc}")
+            continue
+        rows += got
+    write_validation(layout, rows)
+    if fmt == "json":
+        click.echo(json.dumps(rows, default=_nan_none))
+        return
+    _print(out, rows)
+
+
+def _nan_none(v: object) -> object:
+    return None
+
+
+def _pct(v: float | None) -> str:
+    return "" if v is None or not math.isfinite(v) else f"{v:+.1%}"
+
+
+def _print(out, rows: list[dict]) -> None:
+    from pipeline.fit.validate import summary
+
+    held = [r for r in rows if r["split"] != "in-sample"]
+    t = Table(title="validation: replay with a model fitted without the scored requests")
+    for c in ("run", "split", "metric", "observed", "replayed", "error"):
+        t.add_column(c, justify="right" if c in ("observed", "replayed", "error") else "left")
+    for r in held:
+        unit = 1.0 if r["metric"] == "throughput_tok_s" else 1e3
+        suffix = " tok/s" if unit == 1.0 else " ms"
+        t.add_row(
+            r["run_id"],
+            r["split"],
+            r["metric"],
+            f"{r['observed'] * unit:,.1f}{suffix}",
+            f"{r['replayed'] * unit:,.1f}{suffix}",
+            _pct(r["error"]),
+        )
+    out.print(t)
+    for split in ("leave-one-run-out", "second-half", "in-sample"):
+        if any(r["split"] == split for r in rows):
+            s = summary(rows, split)
+            out.print(
+                f"{split}: median |error| TTFT {s['ttft_median_abs_error']:.1%} "
+                f"(worst {s['ttft_worst_abs_error']:.1%}), TPOT {s['tpot_median_abs_error']:.1%} "
+                f"(worst {s['tpot_worst_abs_error']:.1%}) over runs x {{p50, p90}}"
+            )

@@ -1,0 +1,376 @@
+"""Calibration by replay: fit the step costs and the unlogged scheduler facts of a deployment so
+that replaying its recorded arrivals reproduces its recorded TTFT and TPOT.
+
+The model is the simulator's (``pipeline.sim``): a scheduler (:data:`SCHEDULERS`) stepping a
+:class:`~pipeline.physics.StepCost`. Its few parameters are shared by every run of a deployment
+(nothing per run or per rate) and bounded by physics:
+
+- ``mfu``, ``mbu`` in (0, 1]: achieved fractions of the GPU's peak FLOP/s and HBM bandwidth;
+- ``overlap`` in [0, 1]: the share of min(compute, memory) hidden under the max;
+- ``step_overhead_s``, ``seq_overhead_s`` >= 0: fixed seconds per step and per sequence in it
+  (scheduling, sampling, detokenising and streaming: CPU work real servers do every step);
+- ``kv_tokens``: KV-cache slots. Taken as recorded when the log's run metadata has it (vLLM's
+  ``num_gpu_blocks * block_size``); otherwise at least the peak the log itself shows in use
+  (requests between their first token and their finish hold prompt + generated tokens), and the
+  fit estimates the margin above that peak. A log that never came near its capacity only gives
+  that lower bound, and says so.
+
+The objective compares replayed with recorded requests one by one: the mean absolute log ratio of
+per-request TTFT and TPOT plus the p50 / p90 of both per run (robust least squares, so that a few
+requests the model cannot explain do not steer it). ``scipy.optimize.least_squares`` (trust-region
+reflective, bounded) minimises it from a physical starting point; its Jacobian gives the 95 %
+intervals. A parameter at a bound, or one whose interval spans more than its own size, is
+reported as such and never printed as a fitted value.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.optimize import least_squares
+
+from pipeline import catalog
+from pipeline.physics import StepCost
+from pipeline.sim.config import EngineConfig
+from pipeline.sim.engine import simulate
+
+F64 = NDArray[np.float64]
+
+SCHEDULERS = ("vllm-v0", "vllm-v1")
+SCHEDULER_DOC = {
+    "vllm-v0": "vLLM V0: prefill steps run alone, decodes wait; recompute preemption",
+    "vllm-v1": "vLLM V1: chunked prefill sharing each step's token budget with the decodes",
+}
+PARAMS = ("mfu", "mbu", "overlap", "step_overhead_s", "seq_overhead_s", "kv_margin")
+LOWER = np.array([0.02, 0.02, 0.0, 0.0, 0.0, 0.0])
+UPPER = np.array([1.0, 1.0, 1.0, 0.1, 0.01, 1.0])
+START = np.array([0.5, 0.7, 0.5, 5e-3, 2e-4, 0.05])
+SCALE = np.array([0.1, 0.1, 0.2, 3e-3, 2e-4, 0.05])
+PERCENTILES = (50.0, 90.0)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What makes two runs the same server: model, hardware, engine and its limits."""
+
+    model: str
+    gpu: str
+    gpu_count: int = 1
+    engine: str | None = None
+    engine_version: str | None = None
+    max_num_seqs: int | None = None
+    max_batched_tokens: int | None = None
+    chunked_prefill: bool | None = None
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+
+    def label(self) -> str:
+        eng = " ".join(x for x in (self.engine, self.engine_version) if x)
+        return f"{self.model} on {self.gpu_count} x {self.gpu}" + (f" ({eng})" if eng else "")
+
+
+@dataclass
+class Run:
+    """One recorded run: per-request arrays, arrivals relative to the run's first."""
+
+    run_id: str
+    arrival: F64
+    prompt: NDArray[np.int64]
+    output: NDArray[np.int64]
+    ttft: F64
+    e2e: F64
+    kv_tokens: int | None = None  # KV-cache slots as the run's metadata records them
+
+    def __post_init__(self) -> None:
+        o = np.argsort(self.arrival, kind="stable")
+        self.arrival = self.arrival[o] - self.arrival[o][0]
+        self.prompt, self.output = self.prompt[o], self.output[o]
+        self.ttft, self.e2e = self.ttft[o], self.e2e[o]
+        self.multi = self.output > 1  # TPOT is defined for these only
+
+    @property
+    def n(self) -> int:
+        return len(self.arrival)
+
+    @property
+    def tpot(self) -> F64:
+        return tpot_of(self.ttft, self.e2e, self.output)
+
+
+def tpot_of(ttft: F64, e2e: F64, output: NDArray[np.int64]) -> F64:
+    m = output > 1
+    return (e2e[m] - ttft[m]) / (output[m] - 1)
+
+
+def recorded_scheduler(dep: Deployment) -> str | None:
+    """The scheduler the log's engine and version imply, or None when they do not say."""
+    if (dep.engine or "").lower() != "vllm":
+        return None
+    v = _version(dep.engine_version)
+    if v is not None and v >= (0, 10):  # V0 was removed in 0.10; V1 default since 0.8
+        return "vllm-v1"
+    if v is not None and v < (0, 6):  # before V1 existed; chunked prefill opt-in
+        return "vllm-v1" if dep.chunked_prefill else "vllm-v0"
+    if dep.chunked_prefill is not None and v is not None:
+        return "vllm-v1" if dep.chunked_prefill else "vllm-v0"
+    return None
+
+
+def _version(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    parts = text.lstrip("v").split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (ValueError, IndexError):
+        return None
+
+
+def engine_config(scheduler: str, dep: Deployment, kv_tokens: int, longest: int) -> EngineConfig:
+    """The scheduler's limits: as recorded, else the engine's defaults (docs/calibration.md)."""
+    seqs = dep.max_num_seqs or 256
+    if scheduler == "vllm-v0":
+        # V0 without chunking needs a budget >= the longest sequence; its default is
+        # max(max_model_len, 2048), and a recompute re-prefills prompt + generated tokens.
+        budget = max(dep.max_batched_tokens or 2048, longest)
+        return EngineConfig(
+            kv_capacity_tokens=kv_tokens,
+            max_num_seqs=seqs,
+            max_batched_tokens=budget,
+            chunked_prefill=False,
+            mixed_prefill=False,
+        )
+    if scheduler == "vllm-v1":
+        budget = max(dep.max_batched_tokens or 8192, seqs)
+        return EngineConfig(
+            kv_capacity_tokens=kv_tokens,
+            max_num_seqs=seqs,
+            max_batched_tokens=budget,
+            chunked_prefill=True,
+        )
+    raise ValueError(f"unknown scheduler {scheduler!r}; known: {', '.join(SCHEDULERS)}")
+
+
+def observed_peak_kv(run: Run, samples: int = 2000) -> float:
+    """Most KV tokens the log shows in use at once: requests between first token and finish hold
+    prompt + tokens generated so far (generated at their own mean rate). Vectorised over a grid
+    of finish times, where the total peaks (it only falls when a request leaves)."""
+    first = run.arrival + run.ttft
+    fin = run.arrival + run.e2e
+    rate = np.where(run.e2e > run.ttft, (run.output - 1) / np.maximum(run.e2e - run.ttft, 1e-12), 0)
+    grid = np.quantile(fin, np.linspace(0.0, 1.0, min(samples, run.n)))
+    peak = 0.0
+    for lo in range(0, len(grid), 256):  # bounded memory: 256 x n at a time
+        t = grid[lo : lo + 256, None] - 1e-9
+        live = (t >= first[None, :]) & (t < fin[None, :])
+        kv = np.where(live, run.prompt[None, :] + 1 + (t - first[None, :]) * rate[None, :], 0.0)
+        peak = max(peak, float(kv.sum(axis=1).max()))
+    return peak
+
+
+@dataclass
+class Calibration:
+    deployment: Deployment
+    scheduler: str
+    scheduler_source: str  # recorded | inferred
+    values: dict[str, float]
+    ci: dict[str, tuple[float, float] | None]
+    status: dict[str, str]
+    kv_tokens: int
+    kv_status: str  # recorded | fitted | lower bound
+    loss: float
+    runs: int
+    requests: int
+    seconds: float
+    alternatives: dict[str, float] = field(default_factory=dict)  # scheduler -> loss
+
+    def step_cost(self) -> StepCost:
+        return _step_cost(self.deployment, self.values)
+
+    def config(self, run: Run) -> EngineConfig:
+        kv = run.kv_tokens or self.kv_tokens
+        return engine_config(self.scheduler, self.deployment, kv, _longest([run]))
+
+    def replay(self, run: Run) -> tuple[F64, F64]:
+        """Replayed (ttft, e2e) of every request of ``run``, in the run's order."""
+        return _simulate(self.step_cost(), self.config(run), run)
+
+
+def _step_cost(dep: Deployment, v: dict[str, float]) -> StepCost:
+    return StepCost(
+        catalog.model(dep.model),
+        catalog.gpu(dep.gpu),
+        tp=dep.gpu_count,
+        weight_dtype=dep.weight_dtype,
+        kv_dtype=dep.kv_dtype,
+        mfu=v["mfu"],
+        mbu=v["mbu"],
+        overlap=v["overlap"],
+        step_overhead=v["step_overhead_s"],
+        seq_overhead=v["seq_overhead_s"],
+    )
+
+
+def _longest(runs: list[Run]) -> int:
+    return int(max(int((r.prompt + r.output).max()) for r in runs))
+
+
+def _simulate(cost: StepCost, cfg: EngineConfig, run: Run) -> tuple[F64, F64]:
+    res = simulate(run.arrival, run.prompt, run.output, cfg, cost)
+    return res.first_token - run.arrival, res.finish - run.arrival
+
+
+def _residuals(
+    x: F64, runs: list[Run], dep: Deployment, scheduler: str, peak: float, longest: int
+) -> F64:
+    v = dict(zip(PARAMS, x, strict=True))
+    cost = _step_cost(dep, v)
+    parts = []
+    for r in runs:
+        kv = r.kv_tokens or int(peak * (1.0 + v["kv_margin"]))
+        cfg = engine_config(scheduler, dep, max(kv, longest + 16), longest)
+        ttft, e2e = _simulate(cost, cfg, r)
+        tpot = tpot_of(ttft, e2e, r.output)
+        obs_tpot = r.tpot
+        # Per request, weighted so every run counts alike whatever its size; then its
+        # percentiles, the figures users compare.
+        w = 1.0 / math.sqrt(r.n)
+        parts.append(w * np.log(np.maximum(ttft, 1e-6) / np.maximum(r.ttft, 1e-6)))
+        if len(tpot):
+            parts.append(w * np.log(np.maximum(tpot, 1e-7) / np.maximum(obs_tpot, 1e-7)))
+        for q in PERCENTILES:
+            parts.append(np.array([_log_ratio(ttft, r.ttft, q)]))
+            if len(tpot):
+                parts.append(np.array([_log_ratio(tpot, obs_tpot, q)]))
+    return np.concatenate(parts)
+
+
+def _log_ratio(sim: F64, obs: F64, q: float) -> float:
+    return math.log(
+        max(float(np.percentile(sim, q)), 1e-7) / max(float(np.percentile(obs, q)), 1e-7)
+    )
+
+
+def calibrate(
+    runs: list[Run], dep: Deployment, scheduler: str | None = None, max_evals: int = 80
+) -> Calibration:
+    """Fit ``dep``'s parameters to its ``runs`` by replaying them (see the module docstring)."""
+    if not runs:
+        raise ValueError("calibration needs at least one run with arrival times")
+    catalog.model(dep.model), catalog.gpu(dep.gpu)  # raise early with the catalog's message
+    t0 = time.perf_counter()
+    source = "given" if scheduler else "recorded"
+    choices = [scheduler] if scheduler else [recorded_scheduler(dep)]
+    if choices[0] is None:
+        choices, source = list(SCHEDULERS), "inferred"
+    fits = {s: _fit(runs, dep, s, max_evals) for s in choices}
+    best = min(fits, key=lambda s: fits[s][0].cost)
+    res, peak, kv_fixed = fits[best]
+    values, ci, status = _summarise(res, kv_fixed)
+    kv_tokens = int(peak * (1.0 + values["kv_margin"]))
+    if kv_fixed:
+        kv_status = "recorded"
+        kv_tokens = int(runs[0].kv_tokens or 0)
+    elif status["kv_margin"] == "at bound" and values["kv_margin"] <= LOWER[5] + 1e-9:
+        kv_status = "fitted"  # at the observed peak: the log shows it full
+    elif status["kv_margin"] in ("not identifiable", "at bound"):
+        kv_status = "lower bound"
+    else:
+        kv_status = "fitted"
+    return Calibration(
+        deployment=dep,
+        scheduler=best,
+        scheduler_source=source,
+        values=values,
+        ci=ci,
+        status=status,
+        kv_tokens=kv_tokens,
+        kv_status=kv_status,
+        loss=float(res.cost),
+        runs=len(runs),
+        requests=int(sum(r.n for r in runs)),
+        seconds=time.perf_counter() - t0,
+        alternatives={s: float(f[0].cost) for s, f in fits.items()},
+    )
+
+
+def _fit(
+    runs: list[Run], dep: Deployment, scheduler: str, max_evals: int
+) -> tuple[Any, float, bool]:
+    kv_fixed = all(r.kv_tokens for r in runs)
+    peak = max(observed_peak_kv(r) for r in runs)
+    longest = _longest(runs)
+    lower, upper, start = LOWER.copy(), UPPER.copy(), START.copy()
+    if kv_fixed:  # recorded: the margin is not a parameter (pinned, tiny box)
+        upper[5] = lower[5] + 1e-12
+        start[5] = lower[5]
+    res = least_squares(
+        _residuals,
+        start,
+        args=(runs, dep, scheduler, peak, longest),
+        bounds=(lower, upper),
+        x_scale=SCALE,
+        diff_step=2e-2,  # simulated schedules are piecewise constant below ~1 % changes
+        loss="soft_l1",
+        f_scale=0.3,
+        max_nfev=max_evals,
+    )
+    res.lower, res.upper = lower, upper
+    return res, peak, kv_fixed
+
+
+def _summarise(res: Any, kv_fixed: bool) -> tuple[dict, dict, dict]:
+    x = res.x
+    m, p = len(res.fun), len(x)
+    jac = res.jac
+    try:
+        s2 = float(np.sum(res.fun**2)) / max(m - p, 1)
+        cov = np.linalg.pinv(jac.T @ jac) * s2
+        se = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    except np.linalg.LinAlgError:
+        se = np.full(p, np.inf)
+    values, ci, status = {}, {}, {}
+    for i, name in enumerate(PARAMS):
+        values[name] = float(x[i])
+        lo, hi = res.lower[i], res.upper[i]
+        if name == "kv_margin" and kv_fixed:
+            ci[name], status[name] = None, "recorded"
+            continue
+        width = (hi - lo) * 1e-3
+        at_bound = x[i] - lo <= width or hi - x[i] <= width
+        ci[name] = (float(max(lo, x[i] - 1.96 * se[i])), float(min(hi, x[i] + 1.96 * se[i])))
+        if at_bound:
+            status[name] = "at bound"
+        elif (
+            not np.isfinite(se[i]) or 1.96 * se[i] > max(abs(x[i]), 1e-12) or not np.any(jac[:, i])
+        ):
+            status[name] = "not identifiable"
+        else:
+            status[name] = "fitted"
+    return values, ci, status
+
+
+# ---------------------------------------------------------------- metrics of one run
+
+
+METRICS = ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90", "e2e_p50", "e2e_p90", "throughput_tok_s")
+
+
+def run_metrics(arrival: F64, ttft: F64, e2e: F64, output: NDArray[np.int64], mask=None) -> dict:
+    """p50/p90 TTFT, TPOT, E2E (s) and output tokens/s over ``mask``'s requests."""
+    m = np.ones(len(arrival), bool) if mask is None else mask
+    a, t, e, o = arrival[m], ttft[m], e2e[m], output[m]
+    tp = tpot_of(t, e, o)
+    span = float((a + e).max() - a.min()) if len(a) else float("nan")
+    out = {}
+    for q in PERCENTILES:
+        out[f"ttft_p{q:.0f}"] = float(np.percentile(t, q))
+        out[f"tpot_p{q:.0f}"] = float(np.percentile(tp, q)) if len(tp) else float("nan")
+        out[f"e2e_p{q:.0f}"] = float(np.percentile(e, q))
+    out["throughput_tok_s"] = float(o.sum()) / span if span > 0 else float("nan")
+    return out

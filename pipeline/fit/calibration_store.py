@@ -1,0 +1,172 @@
+"""Runs of each deployment read from the warehouse for calibration; the calibration table.
+
+A run enters calibration when its requests carry arrival times (a log whose arrivals are all the
+same instant, such as llmperf's, has no clock to replay and is listed as left out), a model and
+a GPU, and at least :data:`MIN_REQUESTS` successful requests. Its KV capacity is taken from the
+run's own metadata when the reader recorded one (``runs.metadata_json.kv_capacity_tokens``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from pipeline.fit.calibrate import Calibration, Deployment, Run
+from pipeline.schema.tables import arrow_schema
+from pipeline.warehouse.derived import write_derived
+from pipeline.warehouse.layout import Layout
+
+MIN_REQUESTS = 20
+TABLE = "calibration"
+_DEPLOYMENT_SQL = (
+    "model", "gpu", "coalesce(gpu_count, 1)", "engine", "engine_version", "max_num_seqs",
+    "max_batched_tokens", "chunked_prefill", "coalesce(weight_dtype, 'bf16')",
+    "coalesce(kv_dtype, 'bf16')",
+)  # fmt: skip
+_FIELDS = tuple(Deployment.__dataclass_fields__)
+
+
+@dataclass
+class Deployments:
+    runs: dict[Deployment, list[Run]] = field(default_factory=dict)
+    left_out: list[tuple[str, str]] = field(default_factory=list)  # (run_id, why)
+
+
+def load_deployments(con: Any) -> Deployments:
+    """Every run with a replayable clock, grouped by deployment (``con``: DuckDB connection)."""
+    cols = ", ".join(f"{sql} AS {name}" for sql, name in zip(_DEPLOYMENT_SQL, _FIELDS, strict=True))
+    df = pl.from_arrow(
+        con.sql(
+            f"""SELECT run_id, {cols}, t_arrival, ttft_s, e2e_s, prompt_tokens, output_tokens
+            FROM requests
+            WHERE status = 'ok' AND ttft_s IS NOT NULL AND e2e_s IS NOT NULL
+              AND prompt_tokens > 0 AND output_tokens IS NOT NULL
+            ORDER BY run_id, t_arrival, request_id"""
+        ).to_arrow_table()
+    )
+    kv = _recorded_kv(con)
+    out = Deployments()
+    assert isinstance(df, pl.DataFrame)
+    for (run_id,), g in df.group_by(["run_id"], maintain_order=True):
+        first = g.row(0, named=True)
+        if first["model"] is None or first["gpu"] is None:
+            out.left_out.append((str(run_id), "no model or GPU (use --set model=... gpu=...)"))
+            continue
+        arr = g["t_arrival"].to_numpy()
+        if g.height < MIN_REQUESTS:
+            out.left_out.append((str(run_id), f"fewer than {MIN_REQUESTS} successful requests"))
+            continue
+        if float(arr.max() - arr.min()) <= 0.0:
+            out.left_out.append((str(run_id), "no arrival times in this log"))
+            continue
+        # One deployment per run: its most common configuration (a run is one server set-up).
+        dep = Deployment(**{f: first[f] for f in _FIELDS})
+        out.runs.setdefault(dep, []).append(
+            Run(
+                run_id=str(run_id),
+                arrival=arr.astype(np.float64),
+                prompt=g["prompt_tokens"].to_numpy().astype(np.int64),
+                output=g["output_tokens"].to_numpy().astype(np.int64),
+                ttft=g["ttft_s"].to_numpy().astype(np.float64),
+                e2e=g["e2e_s"].to_numpy().astype(np.float64),
+                kv_tokens=kv.get(str(run_id)),
+            )
+        )
+    return out
+
+
+def _recorded_kv(con: Any) -> dict[str, int]:
+    try:
+        rows = con.sql("SELECT run_id, metadata_json FROM runs").fetchall()
+    except Exception:  # no runs table yet
+        return {}
+    out = {}
+    for run_id, meta in rows:
+        try:
+            v = json.loads(meta or "{}").get("kv_capacity_tokens")
+        except ValueError:
+            continue
+        if isinstance(v, int) and v > 0:
+            out[run_id] = v
+    return out
+
+
+# ---------------------------------------------------------------- the calibration table
+
+
+def calibration_rows(cals: list[Calibration]) -> pl.DataFrame:
+    rows = []
+    for c in cals:
+        d = c.deployment
+        base = {
+            "model": d.model,
+            "gpu": d.gpu,
+            "gpu_count": d.gpu_count,
+            "engine": d.engine,
+            "engine_version": d.engine_version,
+            "weight_dtype": d.weight_dtype,
+            "kv_dtype": d.kv_dtype,
+            "scheduler": c.scheduler,
+            "scheduler_source": c.scheduler_source,
+            "runs": c.runs,
+            "requests": c.requests,
+            "loss": c.loss,
+            "fit_seconds": c.seconds,
+        }
+        for name in ("mfu", "mbu", "overlap", "step_overhead_s", "seq_overhead_s"):
+            ci = c.ci.get(name)
+            rows.append(
+                {
+                    **base,
+                    "parameter": name,
+                    "value": c.values[name],
+                    "ci_low": ci[0] if ci else None,
+                    "ci_high": ci[1] if ci else None,
+                    "status": c.status[name],
+                }
+            )
+        rows.append(
+            {
+                **base,
+                "parameter": "kv_tokens",
+                "value": float(c.kv_tokens),
+                "ci_low": None,
+                "ci_high": None,
+                "status": c.kv_status,
+            }
+        )
+    schema = arrow_schema(TABLE)
+    return pl.from_arrow(schema.empty_table()) if not rows else _typed(rows, TABLE)
+
+
+def _typed(rows: list[dict[str, Any]], table: str) -> pl.DataFrame:
+    import pyarrow as pa
+
+    schema = arrow_schema(table)
+    cols = {f.name: [r.get(f.name) for r in rows] for f in schema}
+    df = pl.from_arrow(pa.Table.from_pydict(cols, schema=schema))
+    assert isinstance(df, pl.DataFrame)
+    return df
+
+
+def write_calibrations(layout: Layout, cals: list[Calibration]) -> str:
+    return write_derived(layout, TABLE, calibration_rows(cals))
+
+
+def write_validation(layout: Layout, rows: list[dict[str, Any]]) -> str:
+    df = (
+        _typed(rows, "validation")
+        if rows
+        else pl.from_arrow(arrow_schema("validation").empty_table())
+    )
+    assert isinstance(df, pl.DataFrame)
+    return write_derived(layout, "validation", df)
+
+
+def stamp() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

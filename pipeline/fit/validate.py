@@ -1,0 +1,104 @@
+"""``pipeline validate``: the model's error on runs it was not fitted on.
+
+For every deployment with two or more runs, each run is replayed with a calibration fitted on
+the others (leave one run out). A deployment with one run is fitted on the requests that arrived
+in the first half of it; the whole recorded arrival sequence is then replayed and only the
+second half's requests are scored (their outcomes were not seen). The in-sample replay (fitted on
+everything) is kept beside them, labelled as such: it shows what the model can express, not
+what it predicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from pipeline.fit.calibrate import METRICS, Calibration, Deployment, Run, calibrate, run_metrics
+
+Progress = Callable[[str], None]
+
+
+def _rows(
+    dep: Deployment, cal: Calibration, run: Run, split: str, mask: np.ndarray | None = None
+) -> list[dict[str, Any]]:
+    ttft, e2e = cal.replay(run)
+    obs = run_metrics(run.arrival, run.ttft, run.e2e, run.output, mask)
+    sim = run_metrics(run.arrival, ttft, e2e, run.output, mask)
+    n = int(run.n if mask is None else mask.sum())
+    return [
+        {
+            "run_id": run.run_id,
+            "model": dep.model,
+            "gpu": dep.gpu,
+            "gpu_count": dep.gpu_count,
+            "engine": dep.engine,
+            "engine_version": dep.engine_version,
+            "weight_dtype": dep.weight_dtype,
+            "kv_dtype": dep.kv_dtype,
+            "scheduler": cal.scheduler,
+            "split": split,
+            "metric": m,
+            "observed": obs[m],
+            "replayed": sim[m],
+            "error": sim[m] / obs[m] - 1.0 if obs[m] else None,
+            "requests": n,
+        }
+        for m in METRICS
+    ]
+
+
+def _first_half(run: Run) -> tuple[Run, np.ndarray]:
+    cut = float(np.median(run.arrival))
+    early = run.arrival <= cut
+    sub = replace(
+        run,
+        arrival=run.arrival[early],
+        prompt=run.prompt[early],
+        output=run.output[early],
+        ttft=run.ttft[early],
+        e2e=run.e2e[early],
+    )
+    return sub, ~early
+
+
+def validate_deployment(
+    dep: Deployment, runs: list[Run], progress: Progress | None = None
+) -> tuple[list[dict[str, Any]], list[Calibration]]:
+    """Validation rows (held-out and in-sample) and the calibrations fitted on the way."""
+    say = progress or (lambda _: None)
+    rows: list[dict[str, Any]] = []
+    say(f"{dep.label()}: calibrating on all {len(runs)} run(s)")
+    full = calibrate(runs, dep)
+    cals = [full]
+    for r in runs:
+        rows += _rows(dep, full, r, "in-sample")
+    if len(runs) >= 2:
+        for i, r in enumerate(runs):
+            say(f"{dep.label()}: leaving out {r.run_id}")
+            cal = calibrate(runs[:i] + runs[i + 1 :], dep)
+            rows += _rows(dep, cal, r, "leave-one-run-out")
+    else:
+        (r,) = runs
+        first, later = _first_half(r)
+        say(f"{dep.label()}: fitting the first half of {r.run_id}")
+        cal = calibrate([first], dep)
+        rows += _rows(dep, cal, r, "second-half", later)
+    return rows, cals
+
+
+def summary(rows: list[dict[str, Any]], split: str) -> dict[str, float]:
+    """Median and worst |error| over runs x {p50, p90}, for TTFT and TPOT, of one split."""
+    out: dict[str, float] = {}
+    for what in ("ttft", "tpot"):
+        errs = [
+            abs(r["error"])
+            for r in rows
+            if r["split"] == split and r["metric"] in (f"{what}_p50", f"{what}_p90")
+            and r["error"] is not None and np.isfinite(r["error"])
+        ]  # fmt: skip
+        out[f"{what}_median_abs_error"] = float(np.median(errs)) if errs else float("nan")
+        out[f"{what}_worst_abs_error"] = float(max(errs)) if errs else float("nan")
+    return out
