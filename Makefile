@@ -8,7 +8,7 @@ BASE := $(VENV)/.installed-base
 FULL := $(VENV)/.installed-full
 WAREHOUSE ?= warehouse
 
-.PHONY: venv venv-full demo test lint fmt browser bench clean
+.PHONY: venv venv-full demo test lint fmt browser bench accuracy clean
 
 # The runtime alone (what `make demo` needs), then the test and Spark extras on top.
 $(BASE): pyproject.toml
@@ -56,6 +56,11 @@ demo: venv
 
 bench: venv
 	$(BIN)/python bench/bench_ingest.py
+
+# Validate the model on the calibration set (../shared/real_traces/serving_runs) and rewrite
+# docs/accuracy.md. tests/test_calibration.py runs the fast subset inside `make test`.
+accuracy: venv
+	$(BIN)/python bench/accuracy.py
 
 clean:
 	rm -rf $(VENV) $(WAREHOUSE) .pytest_cache

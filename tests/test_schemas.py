@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 from pipeline.ingest.run import ingest_paths
 from pipeline.schema.export import exported, stale
 from pipeline.schema.record import EXAMPLE_RECORD, RequestRecord
-from pipeline.schema.tables import TABLES, VIEWS, arrow_schema
+from pipeline.schema.tables import DERIVED, TABLES, VIEWS, arrow_schema
 from pipeline.warehouse.layout import Layout
 from tests.conftest import REPO, record, write_jsonl
 
@@ -40,7 +40,7 @@ def test_every_column_is_documented():
     tables = json.loads(exported()["warehouse-tables.json"])
     for name, t in tables.items():
         assert all(c["doc"] for c in t["columns"]), name
-    assert set(tables) == set(TABLES) | set(VIEWS)
+    assert set(tables) == set(TABLES) | set(DERIVED) | set(VIEWS)
 
 
 def test_parquet_files_carry_exactly_the_declared_schema(tmp_path):
@@ -49,3 +49,15 @@ def test_parquet_files_carry_exactly_the_declared_schema(tmp_path):
     for table in ("requests", "quarantine"):
         (f,) = layout.committed_files(table)
         assert pq.read_schema(f).remove_metadata() == arrow_schema(table).remove_metadata(), table
+
+
+def test_derived_tables_are_written_with_their_contract(tmp_path):
+    """`calibration` and `validation` land with exactly the Arrow schema declared for them."""
+    from pipeline.fit.calibration_store import write_calibrations, write_validation
+
+    layout = Layout(tmp_path / "wh")
+    for path in (write_calibrations(layout, []), write_validation(layout, [])):
+        name = path.split("/")[-2]
+        got = [(f.name, f.type, f.nullable) for f in pq.read_schema(path)]
+        assert got == [(f.name, f.type, f.nullable) for f in arrow_schema(name)], name
+        assert name in DERIVED

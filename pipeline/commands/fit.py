@@ -18,10 +18,21 @@ from pipeline.errors import DataError, UserError
     help="Requests read per group (earliest whole time windows) [default: 40000].",
 )
 @click.option("--no-claims", is_flag=True, help="Do not write the claims table.")
+@click.option(
+    "--calibrate/--no-calibrate",
+    default=True,
+    show_default=True,
+    help="Also calibrate each deployment by replaying its runs (writes `calibration`).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @engine_option("Engine for the fit's SQL (spark: only each group's selection comes back)")
 def command(
-    warehouse: str | None, max_requests: int | None, no_claims: bool, quiet: bool, engine: str
+    warehouse: str | None,
+    max_requests: int | None,
+    no_claims: bool,
+    calibrate: bool,
+    quiet: bool,
+    engine: str,
 ) -> None:
     """Fit MFU, MBU and overheads per GPU x model x GPU count x engine configuration.
 
@@ -51,6 +62,8 @@ def command(
     except EngineError as exc:
         raise DataError(str(exc)) from None
     out = console(quiet)
+    if calibrate and not isinstance(where, str):
+        _calibrate(where, out)
     if not fits:
         out.print("fit: no group had enough data; wrote an empty cost_models table")
         return
@@ -60,7 +73,61 @@ def command(
         for p in (fm.prefill, fm.decode):
             if p is not None:
                 parts.append(
-                    f"{p.phase}: MFU {p.mfu:.1%} MBU {p.mbu:.1%} "
+                    f"{p.phase}: MFU {_eff(p.mfu)} MBU {_eff(p.mbu)} "
                     f"step {p.step_overhead * 1e3:.2f} ms, n {p.n}, MAPE {p.mape_test:.1%}"
                 )
         out.print(" | ".join(parts))
+
+
+def _calibrate(layout, out) -> None:
+    """Calibration by replay for every deployment with arrival times (docs/calibration.md)."""
+    from pipeline.catalog.names import UnknownName
+    from pipeline.fit.calibrate import calibrate
+    from pipeline.fit.calibration_store import load_deployments, write_calibrations
+    from pipeline.warehouse.views import connect
+
+    deps = load_deployments(connect(layout))
+    cals = []
+    for run_id, why in deps.left_out:
+        out.print(f"calibration: left out {run_id}: {why}")
+    for dep, runs in deps.runs.items():
+        try:
+            cal = calibrate(runs, dep)
+        except UnknownName as exc:
+            out.print(f"calibration: left out {dep.label()}: {exc}")
+            continue
+        cals.append(cal)
+        out.print(describe(cal))
+    write_calibrations(layout, cals)
+
+
+def describe(cal) -> str:
+    """One line per deployment: each parameter with its interval or its status."""
+    parts = []
+    for name, unit, scale in (
+        ("mfu", "", 1.0),
+        ("mbu", "", 1.0),
+        ("overlap", "", 1.0),
+        ("step_overhead_s", " ms", 1e3),
+        ("seq_overhead_s", " ms", 1e3),
+    ):
+        v, ci, st = cal.values[name], cal.ci[name], cal.status[name]
+        label = name.removesuffix("_s")
+        if st == "fitted" and ci:
+            parts.append(
+                f"{label} {v * scale:.3g}{unit} [{ci[0] * scale:.3g}, {ci[1] * scale:.3g}]"
+            )
+        else:
+            parts.append(f"{label} {st} ({v * scale:.3g}{unit})")
+    parts.append(f"KV {cal.kv_tokens:,} tokens ({cal.kv_status})")
+    return (
+        f"calibrated {cal.deployment.label()}: scheduler {cal.scheduler} ({cal.scheduler_source}), "
+        f"{cal.runs} run(s), {cal.requests:,} requests, {cal.seconds:.1f} s | " + ", ".join(parts)
+    )
+
+
+def _eff(v: float) -> str:
+    """An efficiency as fitted, or marked when the fit pinned it at its bound."""
+    from pipeline.fit.model import MAX_EFFICIENCY
+
+    return f"at bound ({v:.0%})" if v >= MAX_EFFICIENCY - 1e-6 else f"{v:.1%}"

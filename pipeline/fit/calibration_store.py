@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from pipeline.fit.calibrate import Calibration, Deployment, Run
 from pipeline.schema.tables import arrow_schema
@@ -99,7 +100,7 @@ def _recorded_kv(con: Any) -> dict[str, int]:
 # ---------------------------------------------------------------- the calibration table
 
 
-def calibration_rows(cals: list[Calibration]) -> pl.DataFrame:
+def calibration_rows(cals: list[Calibration]) -> pa.Table:
     rows = []
     for c in cals:
         d = c.deployment
@@ -140,18 +141,13 @@ def calibration_rows(cals: list[Calibration]) -> pl.DataFrame:
                 "status": c.kv_status,
             }
         )
-    schema = arrow_schema(TABLE)
-    return pl.from_arrow(schema.empty_table()) if not rows else _typed(rows, TABLE)
+    return _typed(rows, TABLE)
 
 
-def _typed(rows: list[dict[str, Any]], table: str) -> pl.DataFrame:
-    import pyarrow as pa
-
+def _typed(rows: list[dict[str, Any]], table: str) -> pa.Table:
+    """Rows as an Arrow table of the table's declared schema (pipeline/schema/tables.py)."""
     schema = arrow_schema(table)
-    cols = {f.name: [r.get(f.name) for r in rows] for f in schema}
-    df = pl.from_arrow(pa.Table.from_pydict(cols, schema=schema))
-    assert isinstance(df, pl.DataFrame)
-    return df
+    return pa.Table.from_pydict({f.name: [r.get(f.name) for r in rows] for f in schema}, schema)
 
 
 def write_calibrations(layout: Layout, cals: list[Calibration]) -> str:
@@ -159,13 +155,7 @@ def write_calibrations(layout: Layout, cals: list[Calibration]) -> str:
 
 
 def write_validation(layout: Layout, rows: list[dict[str, Any]]) -> str:
-    df = (
-        _typed(rows, "validation")
-        if rows
-        else pl.from_arrow(arrow_schema("validation").empty_table())
-    )
-    assert isinstance(df, pl.DataFrame)
-    return write_derived(layout, "validation", df)
+    return write_derived(layout, "validation", _typed(rows, "validation"))
 
 
 def stamp() -> str:

@@ -1,0 +1,131 @@
+"""Calibration by replay: its parts on hand-worked inputs, and its accuracy on real runs.
+
+Accuracy is measured on the calibration set in ../shared (real servers on known GPUs); the
+tolerances are the figures docs/accuracy.md quotes, rounded up to the next percent, so a change
+that makes the model worse on real data fails here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline.fit.calibrate import (
+    Deployment,
+    Run,
+    calibrate,
+    engine_config,
+    observed_peak_kv,
+    recorded_scheduler,
+    run_metrics,
+)
+from pipeline.fit.calibration_store import load_deployments
+from pipeline.fit.validate import summary, validate_deployment
+from pipeline.ingest.run import IngestOptions, ingest_paths
+from pipeline.warehouse.layout import Layout
+from pipeline.warehouse.views import connect
+from tests.conftest import SHARED
+
+RUNS = SHARED / "real_traces" / "serving_runs"
+RTX = RUNS / "llmservingsim_vllm019" / "bench-RTX4090-Llama-3.1-8B"
+DS = RUNS / "distserve_opt13b_a100"
+needs_shared = pytest.mark.skipif(not RUNS.is_dir(), reason=f"calibration set absent at {RUNS}")
+
+
+def test_recorded_scheduler_from_engine_and_version() -> None:
+    d = Deployment(model="m", gpu="g", engine="vllm")
+    assert recorded_scheduler(d) is None  # no version: inferred by the fit
+    assert recorded_scheduler(Deployment("m", "g", engine="vllm", engine_version="0.19.0")) == (
+        "vllm-v1"
+    )
+    assert recorded_scheduler(Deployment("m", "g", engine="vllm", engine_version="0.4.2")) == (
+        "vllm-v0"
+    )
+    assert recorded_scheduler(Deployment("m", "g", engine="sglang", engine_version="0.4")) is None
+
+
+def test_engine_config_defaults_and_recorded_limits() -> None:
+    d = Deployment("m", "g", engine="vllm", max_num_seqs=128, max_batched_tokens=2048)
+    v0 = engine_config("vllm-v0", d, 50_000, longest=4096)
+    # V0 cannot run without a budget covering the longest sequence (it re-prefills on recompute).
+    assert (v0.max_batched_tokens, v0.chunked_prefill, v0.mixed_prefill) == (4096, False, False)
+    v1 = engine_config("vllm-v1", Deployment("m", "g"), 50_000, longest=4096)
+    assert (v1.max_batched_tokens, v1.max_num_seqs, v1.chunked_prefill) == (8192, 256, True)
+    with pytest.raises(ValueError, match="unknown scheduler"):
+        engine_config("tgi", d, 50_000, 10)
+
+
+def test_observed_peak_kv_by_hand() -> None:
+    # A: prompt 100, 11 tokens from t=1 to t=2 (10 per second); B: prompt 50, 3 tokens, 1.5-2.5.
+    # Just before A leaves (t=2): A holds 100+1+10 = 111, B 50+1+0.5*2 = 52 -> 163.
+    run = Run(
+        "r",
+        arrival=np.array([0.0, 1.0]),
+        prompt=np.array([100, 50]),
+        output=np.array([11, 3]),
+        ttft=np.array([1.0, 0.5]),
+        e2e=np.array([2.0, 1.5]),
+    )
+    assert observed_peak_kv(run) == pytest.approx(163.0, rel=1e-6)
+
+
+def test_run_metrics_by_hand() -> None:
+    a = np.array([0.0, 1.0, 2.0])
+    m = run_metrics(a, np.array([0.1, 0.2, 0.3]), np.array([1.1, 0.2, 2.3]), np.array([11, 1, 21]))
+    assert m["ttft_p50"] == pytest.approx(0.2)
+    assert m["tpot_p50"] == pytest.approx(0.1)  # (1.0/10, 2.0/20); the one-token request has none
+    assert m["throughput_tok_s"] == pytest.approx(33 / 4.3)
+
+
+def _ingest(tmp_path, paths, sets=None):
+    layout = Layout(tmp_path / "wh")
+    ingest_paths(paths, layout, IngestOptions(sets=sets or {}))
+    return load_deployments(connect(layout))
+
+
+@needs_shared
+def test_rtx4090_vllm019_whole_log_replayed(tmp_path) -> None:
+    """The issue's target for this run: fitted from its whole log and replayed, median |error|
+    <= 10 % TTFT and <= 5 % TPOT over {p50, p90}; measured 1.5 % / 1.6 % (worst 1.9 / 2.2 %)."""
+    deps = _ingest(tmp_path, [RTX])
+    ((dep, runs),) = deps.runs.items()
+    assert (dep.engine_version, dep.max_batched_tokens, runs[0].kv_tokens) == (
+        "0.19.0",
+        2048,
+        41408,
+    )
+    cal = calibrate(runs, dep)
+    assert (cal.scheduler, cal.scheduler_source, cal.kv_status) == (
+        "vllm-v1",
+        "recorded",
+        "recorded",
+    )
+    ttft, e2e = cal.replay(runs[0])
+    r = runs[0]
+    obs = run_metrics(r.arrival, r.ttft, r.e2e, r.output)
+    sim = run_metrics(r.arrival, ttft, e2e, r.output)
+    for m in ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90"):
+        assert abs(sim[m] / obs[m] - 1) < 0.03, (m, sim[m], obs[m])
+    # Physics bounds hold for every estimate.
+    assert 0 < cal.values["mfu"] <= 1 and 0 < cal.values["mbu"] <= 1
+    assert cal.values["step_overhead_s"] >= 0 and cal.values["seq_overhead_s"] >= 0
+
+
+@needs_shared
+def test_distserve_vllm_leave_one_run_out(tmp_path) -> None:
+    """DistServe's vLLM OPT-13B runs (1-4 req/s, A100-80GB), each replayed with a model fitted on
+    the other three. Measured (docs/accuracy.md): median |error| TTFT 12.8 %, TPOT 7.5 %; worst
+    67.8 % (p90 TTFT at 3 req/s) and 21.2 %. The issue's target (10 % / 5 %) is NOT met yet: the
+    tolerances pin today's figures so that no change makes them worse unnoticed."""
+    files = sorted(DS.glob("vllm-*.exp.txt"))
+    sets = {"model": "facebook/opt-13b", "gpu": "A100-80GB", "gpu_count": 1,
+            "weight_dtype": "fp16", "kv_dtype": "fp16"}  # fmt: skip
+    deps = _ingest(tmp_path, files, sets)
+    ((dep, runs),) = deps.runs.items()
+    assert len(runs) == 4 and dep.engine == "vllm" and dep.engine_version is None
+    rows, cals = validate_deployment(dep, runs)
+    # No version recorded: the fit infers the scheduler, and V0 (what ran) explains it best.
+    assert cals[0].scheduler_source == "inferred" and cals[0].scheduler == "vllm-v0"
+    s = summary(rows, "leave-one-run-out")
+    assert s["ttft_median_abs_error"] < 0.14 and s["tpot_median_abs_error"] < 0.08
+    assert s["ttft_worst_abs_error"] < 0.69 and s["tpot_worst_abs_error"] < 0.22
