@@ -11,7 +11,7 @@ from rich.table import Table
 
 from pipeline.commands._common import console, interactive, layout_for, warehouse_option
 from pipeline.errors import EXIT_FAILED_CHECK, UserError
-from pipeline.ingest.metadata import MetadataError, parse_sets
+from pipeline.ingest.metadata import MetadataError, manifest_tables, parse_sets, run_manifest
 from pipeline.ingest.run import IngestOptions, ingest_paths, input_files, totals
 from pipeline.readers.mapping import MappingError, load_mapping
 from pipeline.readers.registry import by_name
@@ -34,13 +34,19 @@ from pipeline.readers.registry import by_name
     default=None,
     help="Read home-grown logs with a declarative TOML mapping (docs/mapping.md).",
 )
+@click.option(
+    "--manifest",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A run manifest (TOML) for every file given, instead of the ones beside the logs.",
+)
 @click.option("--strict", is_flag=True, help="Exit 1 if any record was quarantined.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary table.")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON on stdout.")
 @click.option(
     "--max-line-mb", default=32, show_default=True, help="Quarantine lines longer than this."
 )
-def command(paths, warehouse, sets, fmt, mapping, strict, quiet, as_json, max_line_mb):
+def command(paths, warehouse, sets, fmt, mapping, manifest, strict, quiet, as_json, max_line_mb):
     """Read serving logs (files or folders, recursive; plain, .gz or .zst) into the warehouse.
 
     Every record ends up in the warehouse or in quarantine with its file, line and reason; a
@@ -52,6 +58,7 @@ def command(paths, warehouse, sets, fmt, mapping, strict, quiet, as_json, max_li
     Example:
       pipeline ingest logs/ --set gpu=H100-SXM --set gpu_count=1
       pipeline ingest our_logs.csv --mapping our_logs.mapping.toml
+      pipeline ingest distserve/*.exp.txt --manifest examples/manifests/distserve-c21d11.run.toml
       pipeline query --sql "SELECT reason, count(*) FROM quarantine GROUP BY 1"
     """
     try:
@@ -63,7 +70,11 @@ def command(paths, warehouse, sets, fmt, mapping, strict, quiet, as_json, max_li
             sets=parse_sets(list(sets)),
             max_line_bytes=max_line_mb * 1024 * 1024,
             mapping=mapping,
+            manifest=manifest,
         )
+        if manifest is not None:  # a broken manifest is a usage error, reported before reading
+            run_manifest(manifest, manifest)
+            manifest_tables(manifest, manifest)
         if fmt:
             by_name(fmt)
     except (MetadataError, KeyError, MappingError) as exc:

@@ -35,16 +35,17 @@ from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
 from pipeline import catalog
-from pipeline.physics import StepCost
-from pipeline.sim.config import EngineConfig
+from pipeline.physics import StepCost, kv_bytes_per_token
+from pipeline.sim.config import EngineConfig, kv_capacity_tokens
 from pipeline.sim.engine import simulate
 
 F64 = NDArray[np.float64]
 
-SCHEDULERS = ("vllm-v0", "vllm-v1")
+SCHEDULERS = ("vllm-v0", "vllm-v1")  # what the fit chooses among when nothing is recorded
 SCHEDULER_DOC = {
     "vllm-v0": "vLLM V0: prefill steps run alone, decodes wait; recompute preemption",
     "vllm-v1": "vLLM V1: chunked prefill sharing each step's token budget with the decodes",
+    "distserve": "DistServe: a prefill instance batching prompts, KV transfer, a decode instance",
 }
 PARAMS = ("mfu", "mbu", "overlap", "step_overhead_s", "seq_overhead_s", "kv_margin")
 LOWER = np.array([0.02, 0.02, 0.0, 0.0, 0.0, 0.0])
@@ -68,6 +69,11 @@ class Deployment:
     chunked_prefill: bool | None = None
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
+    # A disaggregated deployment's [disaggregation] keys (run manifest), as sorted pairs.
+    disaggregation: tuple[tuple[str, float], ...] | None = None
+
+    def disagg(self) -> dict[str, float]:
+        return dict(self.disaggregation or ())
 
     def label(self) -> str:
         eng = " ".join(x for x in (self.engine, self.engine_version) if x)
@@ -109,6 +115,8 @@ def tpot_of(ttft: F64, e2e: F64, output: NDArray[np.int64]) -> F64:
 
 def recorded_scheduler(dep: Deployment) -> str | None:
     """The scheduler the log's engine and version imply, or None when they do not say."""
+    if dep.disaggregation:
+        return "distserve"
     if (dep.engine or "").lower() != "vllm":
         return None
     v = _version(dep.engine_version)
@@ -192,20 +200,17 @@ class Calibration:
     def step_cost(self) -> StepCost:
         return _step_cost(self.deployment, self.values)
 
-    def config(self, run: Run) -> EngineConfig:
-        kv = run.kv_tokens or self.kv_tokens
-        return engine_config(self.scheduler, self.deployment, kv, _longest([run]))
-
     def replay(self, run: Run) -> tuple[F64, F64]:
         """Replayed (ttft, e2e) of every request of ``run``, in the run's order."""
-        return _simulate(self.step_cost(), self.config(run), run)
+        kv = run.kv_tokens or self.kv_tokens
+        return simulate_run(self.values, self.deployment, self.scheduler, run, kv, _longest([run]))
 
 
-def _step_cost(dep: Deployment, v: dict[str, float]) -> StepCost:
+def _step_cost(dep: Deployment, v: dict[str, float], tp: int | None = None) -> StepCost:
     return StepCost(
         catalog.model(dep.model),
         catalog.gpu(dep.gpu),
-        tp=dep.gpu_count,
+        tp=tp or dep.gpu_count,
         weight_dtype=dep.weight_dtype,
         kv_dtype=dep.kv_dtype,
         mfu=v["mfu"],
@@ -225,16 +230,75 @@ def _simulate(cost: StepCost, cfg: EngineConfig, run: Run) -> tuple[F64, F64]:
     return res.first_token - run.arrival, res.finish - run.arrival
 
 
+def simulate_run(
+    v: dict[str, float], dep: Deployment, scheduler: str, run: Run, kv: int, longest: int
+) -> tuple[F64, F64]:
+    """Replay one run under ``scheduler`` with parameters ``v``: per-request (ttft, e2e)."""
+    if scheduler == "distserve":
+        return _simulate_disaggregated(v, dep, run, kv, longest)
+    cfg = engine_config(scheduler, dep, max(kv, longest + 16), longest)
+    return _simulate(_step_cost(dep, v), cfg, run)
+
+
+def _simulate_disaggregated(
+    v: dict[str, float], dep: Deployment, run: Run, kv: int, longest: int
+) -> tuple[F64, F64]:
+    """DistServe: prompts batch on the prefill instance (prefill-only steps, which emit the first
+    token); each prompt's KV then crosses the link (latency + bytes / bandwidth) to the decode
+    instance, which admits it with the prompt cached: one step computes the first token's KV
+    and emits the second, then it decodes with the others (continuous batching). The same
+    efficiencies and overheads price both instances; their tensor parallelism differs."""
+    d = dep.disagg()
+    ptp, dtp = int(d.get("prefill_tp", dep.gpu_count)), int(d.get("decode_tp", dep.gpu_count))
+    model, gpu = catalog.model(dep.model), catalog.gpu(dep.gpu)
+    p_kv = kv_capacity_tokens(
+        model, gpu, tp=ptp, weight_dtype=dep.weight_dtype, kv_dtype=dep.kv_dtype
+    )
+    longest_prompt = int(run.prompt.max())
+    p_cfg = EngineConfig(
+        kv_capacity_tokens=max(p_kv, longest_prompt + 16),
+        max_num_seqs=dep.max_num_seqs or 256,
+        max_batched_tokens=max(dep.max_batched_tokens or 2048, longest_prompt),
+        chunked_prefill=False,
+        mixed_prefill=False,
+    )
+    pre = simulate(
+        run.arrival, run.prompt, np.minimum(run.output, 1), p_cfg, _step_cost(dep, v, ptp)
+    )
+    first = pre.first_token
+    bw = float(d.get("kv_bandwidth_gbps", 25.0)) * 1e9
+    transfer = float(d.get("kv_latency_s", 1e-3)) + kv_bytes_per_token(model, dep.kv_dtype) * (
+        run.prompt / bw
+    )
+    fin = first.copy()
+    many = run.output > 1
+    if many.any():
+        d_cfg = EngineConfig(
+            kv_capacity_tokens=max(kv, longest + 16),
+            max_num_seqs=dep.max_num_seqs or 256,
+            max_batched_tokens=max(dep.max_batched_tokens or 8192, 256),
+            chunked_prefill=True,
+        )
+        dec = simulate(
+            (first + transfer)[many],
+            run.prompt[many] + 1,
+            run.output[many] - 1,
+            d_cfg,
+            _step_cost(dep, v, dtp),
+            cached_tokens=run.prompt[many],
+        )
+        fin[many] = dec.finish
+    return first - run.arrival, fin - run.arrival
+
+
 def _residuals(
     x: F64, runs: list[Run], dep: Deployment, scheduler: str, peak: float, longest: int
 ) -> F64:
     v = dict(zip(PARAMS, x, strict=True))
-    cost = _step_cost(dep, v)
     parts = []
     for r in runs:
         kv = r.kv_tokens or int(peak * (1.0 + v["kv_margin"]))
-        cfg = engine_config(scheduler, dep, max(kv, longest + 16), longest)
-        ttft, e2e = _simulate(cost, cfg, r)
+        ttft, e2e = simulate_run(v, dep, scheduler, r, kv, longest)
         tpot = tpot_of(ttft, e2e, r.output)
         obs_tpot = r.tpot
         # Per request, weighted so every run counts alike whatever its size; then its

@@ -29,7 +29,7 @@ _DEPLOYMENT_SQL = (
     "max_batched_tokens", "chunked_prefill", "coalesce(weight_dtype, 'bf16')",
     "coalesce(kv_dtype, 'bf16')",
 )  # fmt: skip
-_FIELDS = tuple(Deployment.__dataclass_fields__)
+_FIELDS = tuple(f for f in Deployment.__dataclass_fields__ if f != "disaggregation")
 
 
 @dataclass
@@ -50,7 +50,7 @@ def load_deployments(con: Any) -> Deployments:
             ORDER BY run_id, t_arrival, request_id"""
         ).to_arrow_table()
     )
-    kv = _recorded_kv(con)
+    kv, disagg = _run_metadata(con)
     out = Deployments()
     assert isinstance(df, pl.DataFrame)
     for (run_id,), g in df.group_by(["run_id"], maintain_order=True):
@@ -66,7 +66,7 @@ def load_deployments(con: Any) -> Deployments:
             out.left_out.append((str(run_id), "no arrival times in this log"))
             continue
         # One deployment per run: its most common configuration (a run is one server set-up).
-        dep = Deployment(**{f: first[f] for f in _FIELDS})
+        dep = Deployment(**{f: first[f] for f in _FIELDS}, disaggregation=disagg.get(str(run_id)))
         out.runs.setdefault(dep, []).append(
             Run(
                 run_id=str(run_id),
@@ -81,20 +81,25 @@ def load_deployments(con: Any) -> Deployments:
     return out
 
 
-def _recorded_kv(con: Any) -> dict[str, int]:
+def _run_metadata(con: Any) -> tuple[dict[str, int], dict[str, tuple]]:
+    """Per run: the KV capacity its metadata records, and its [disaggregation] keys."""
     try:
         rows = con.sql("SELECT run_id, metadata_json FROM runs").fetchall()
     except Exception:  # no runs table yet
-        return {}
-    out = {}
+        return {}, {}
+    kv, disagg = {}, {}
     for run_id, meta in rows:
         try:
-            v = json.loads(meta or "{}").get("kv_capacity_tokens")
+            m = json.loads(meta or "{}")
         except ValueError:
             continue
+        v = m.get("kv_capacity_tokens")
         if isinstance(v, int) and v > 0:
-            out[run_id] = v
-    return out
+            kv[run_id] = v
+        d = m.get("disaggregation")
+        if isinstance(d, dict) and d.get("enabled", True):
+            disagg[run_id] = tuple(sorted((k, v) for k, v in d.items() if k != "enabled"))
+    return kv, disagg
 
 
 # ---------------------------------------------------------------- the calibration table

@@ -102,3 +102,25 @@ def summary(rows: list[dict[str, Any]], split: str) -> dict[str, float]:
         out[f"{what}_median_abs_error"] = float(np.median(errs)) if errs else float("nan")
         out[f"{what}_worst_abs_error"] = float(max(errs)) if errs else float("nan")
     return out
+
+
+def whatif_rows(
+    source: Calibration, target: Deployment, runs: list[Run], split: str = "what-if"
+) -> list[dict[str, Any]]:
+    """Predict ``target``'s runs from a calibration of another configuration (e.g. a colocated
+    vLLM fit replayed as a disaggregated deployment): the source's efficiencies and overheads,
+    the target's scheduler (recorded for it) and tensor parallelism; KV capacity scaled from the
+    source by the decode instance's GPU count. Nothing of the target's runs enters the model."""
+    from pipeline.fit.calibrate import recorded_scheduler
+
+    scheduler = recorded_scheduler(target) or source.scheduler
+    d = target.disagg()
+    gpus = int(d.get("decode_tp", target.gpu_count)) if d else target.gpu_count
+    kv = int(source.kv_tokens * gpus / max(source.deployment.gpu_count, 1))
+    cal = replace(
+        source, deployment=target, scheduler=scheduler, scheduler_source="what-if", kv_tokens=kv
+    )
+    rows: list[dict[str, Any]] = []
+    for r in runs:
+        rows += _rows(target, cal, replace(r, kv_tokens=None), split)
+    return rows

@@ -1,8 +1,14 @@
 """Metadata a log lacks: ``--set COLUMN=VALUE`` and run-manifest files beside the logs.
 
 A run manifest is a TOML file named ``<log file>.run.toml`` (for one file) or ``run.toml`` (for
-every file in its folder), holding ``COLUMN = value`` pairs for the metadata columns of
-``requests``. Values fill only what the log itself leaves empty; ``--set`` wins over a manifest.
+every file in its folder), or one given with ``pipeline ingest --manifest FILE`` (for every file
+of that command), holding ``COLUMN = value`` pairs for the metadata columns of ``requests``.
+Values fill only what the log itself leaves empty; ``--set`` wins over a manifest.
+
+A manifest may also describe a disaggregated deployment with a ``[disaggregation]`` table, the
+keys of whatif.toml's (``prefill_tp``, ``decode_tp``, ``prefill_replicas``, ``decode_replicas``,
+``kv_bandwidth_gbps``, ``kv_latency_s``); it is kept in the run's ``runs.metadata_json`` and
+``pipeline fit`` calibrates such runs as a prefill and a decode instance.
 """
 
 from __future__ import annotations
@@ -55,16 +61,65 @@ def parse_sets(pairs: list[str]) -> dict[str, object]:
     return out
 
 
-def run_manifest(path: Path) -> dict[str, object]:
-    """Metadata from <file>.run.toml, else run.toml in the file's folder (empty if neither)."""
+TABLES = {"disaggregation"}
+_DISAGG_INT = ("prefill_tp", "decode_tp", "prefill_replicas", "decode_replicas")
+_DISAGG_FLOAT = ("kv_bandwidth_gbps", "kv_latency_s")
+
+
+def _manifest_file(path: Path, explicit: Path | None) -> Path | None:
+    if explicit is not None:
+        return explicit
     for candidate in (path.with_name(path.name + ".run.toml"), path.parent / "run.toml"):
         if candidate.is_file():
-            try:
-                data = tomllib.loads(candidate.read_text())
-            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-                raise MetadataError(f"{candidate}: not valid TOML ({exc})") from exc
-            return {k: parse_value(k, v) for k, v in data.items()}
-    return {}
+            return candidate
+    return None
+
+
+def _load(candidate: Path) -> dict[str, object]:
+    try:
+        return tomllib.loads(candidate.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as exc:
+        raise MetadataError(f"{candidate}: not valid TOML ({exc})") from exc
+
+
+def run_manifest(path: Path, explicit: Path | None = None) -> dict[str, object]:
+    """Column values from the manifest (``explicit``, else <file>.run.toml, else run.toml in
+    the file's folder); empty if there is none."""
+    candidate = _manifest_file(path, explicit)
+    if candidate is None:
+        return {}
+    data = _load(candidate)
+    unknown = [k for k, v in data.items() if isinstance(v, dict) and k not in TABLES]
+    if unknown:
+        raise MetadataError(f"{candidate}: unknown table [{unknown[0]}]; known: [disaggregation]")
+    return {k: parse_value(k, v) for k, v in data.items() if not isinstance(v, dict)}
+
+
+def manifest_tables(path: Path, explicit: Path | None = None) -> dict[str, dict[str, object]]:
+    """The manifest's tables (``[disaggregation]``), checked, for ``runs.metadata_json``."""
+    candidate = _manifest_file(path, explicit)
+    if candidate is None:
+        return {}
+    out = {}
+    d = _load(candidate).get("disaggregation")
+    if isinstance(d, dict):
+        clean: dict[str, object] = {}
+        for k, v in d.items():
+            if k == "enabled":
+                clean[k] = bool(v)
+            elif k in _DISAGG_INT and isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+                clean[k] = v
+            elif k in _DISAGG_FLOAT and isinstance(v, int | float) and v >= 0:
+                clean[k] = float(v)
+            else:
+                keys = ", ".join(("enabled", *_DISAGG_INT, *_DISAGG_FLOAT))
+                raise MetadataError(
+                    f"{candidate}: [disaggregation] {k} = {v!r}: expected one of {keys} "
+                    "with a positive number (tp and replicas whole)"
+                )
+        if clean.get("enabled", True):
+            out["disaggregation"] = clean
+    return out
 
 
 def is_manifest(path: Path) -> bool:

@@ -13,6 +13,7 @@ import contextlib
 import datetime as dt
 import hashlib
 import itertools
+import json
 import os
 import re
 import shutil
@@ -60,6 +61,7 @@ class IngestOptions:
     sets: dict[str, object] = field(default_factory=dict)
     max_line_bytes: int = 32 * 1024 * 1024
     mapping: Path | None = None
+    manifest: Path | None = None  # a run manifest for every file (else the one beside each)
 
 
 def default_run_id(path: Path, head: bytes, size: int) -> str:
@@ -164,6 +166,15 @@ def _with_source(df: pl.DataFrame | None, source_file: str, fmt: str) -> pl.Data
     if df is None or df.height == 0:
         return None
     return df.with_columns(source_file=pl.lit(source_file), source_format=pl.lit(fmt))
+
+
+def _merge_metadata(runs: pl.DataFrame, tables: dict[str, dict[str, object]]) -> pl.DataFrame:
+    """Add a manifest's tables ([disaggregation]) to each run's metadata_json."""
+    merged = []
+    for text in runs["metadata_json"].to_list():
+        meta = json.loads(text) if text else {}
+        merged.append(json.dumps({**meta, **tables}, sort_keys=True))
+    return runs.with_columns(pl.Series("metadata_json", merged, dtype=pl.Utf8))
 
 
 def _arrivals(df: pl.DataFrame | None, source_file: str, fmt: str) -> pl.DataFrame | None:
@@ -334,7 +345,9 @@ class Ingestor:
             max_line_bytes=self.options.max_line_bytes,
             mapping=self.options.mapping,
         )
-        fill = {**metadata.run_manifest(path), **self.options.sets}
+        fill = {**metadata.run_manifest(path, self.options.manifest), **self.options.sets}
+        self._tables = metadata.manifest_tables(path, self.options.manifest)
+        self._runs_seen = False
         dedup = self._dedup = _Dedup(self.layout)
         last_line = 0
         try:
@@ -358,6 +371,13 @@ class Ingestor:
                 f"reader {fmt!r} failed on this file ({type(exc).__name__}: {exc}); "
                 "please report it with the file",
             )
+        if self._tables and not self._runs_seen and c["ingested"]:
+            # The reader wrote no runs row: one for the file's own run id carries the tables
+            # (a log whose rows name other run ids gets them through a per-file manifest).
+            from pipeline.readers._common import runs_frame
+
+            row = runs_frame(fmt, ctx, [{"run_id": ctx.default_run_id, "metadata": self._tables}])
+            staged.add("runs", _with_source(row, source, fmt))
         self._counts = c
 
     def _add_quarantine(self, staged, c, source, fmt, line, reason) -> None:
@@ -405,7 +425,11 @@ class Ingestor:
             staged.add("arrivals", _arrivals(out.arrivals, source, fmt))
             c["read"] += out.arrivals.height
             c["arrivals"] += out.arrivals.height
-        staged.add("runs", _with_source(out.runs, source, fmt))
+        runs = out.runs
+        if self._tables and runs is not None and runs.height:
+            runs = _merge_metadata(runs, self._tables)
+            self._runs_seen = True
+        staged.add("runs", _with_source(runs, source, fmt))
         if out.run_summaries is not None:
             staged.add("run_summaries", _with_source(out.run_summaries, source, fmt))
             c["summaries"] += out.run_summaries.height
