@@ -41,7 +41,8 @@ def test_recorded_scheduler_from_engine_and_version() -> None:
     assert recorded_scheduler(Deployment("m", "g", engine="vllm", engine_version="0.4.2")) == (
         "vllm-v0"
     )
-    assert recorded_scheduler(Deployment("m", "g", engine="sglang", engine_version="0.4")) is None
+    assert recorded_scheduler(Deployment("m", "g", engine="sglang")) == "sglang"
+    assert recorded_scheduler(Deployment("m", "g", engine="tgi", engine_version="2.0")) is None
 
 
 def test_engine_config_defaults_and_recorded_limits() -> None:
@@ -168,3 +169,43 @@ def test_manifest_disaggregation_is_checked(tmp_path) -> None:
     assert manifest_tables(good, good) == {
         "disaggregation": {"prefill_tp": 2, "decode_tp": 1, "kv_bandwidth_gbps": 300.0}
     }
+
+
+class _OneSecond:
+    """Every step takes exactly 1 s: schedules can be worked out by hand."""
+
+    def time_of(self, tokens, seqs, attn_pairs, kv_tokens, score_elems) -> float:
+        return 1.0
+
+    def decode_lines(self, batch, sum_context):
+        from pipeline.physics import DecodeLines
+
+        return DecodeLines(0.0, 0.0, 1.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "c_prompt", "first", "finish"),
+    [
+        # A, B arrive at 0 (prompts 4, outputs 3 and 2), C at 1.5 (output 2). Budget 8 tokens.
+        # v0: [0,1] prefill A+B; [1,2] decode (B done); [2,3] prefill C alone, A waits;
+        #     [3,4] decode A, C (both done).
+        ("vllm-v0", 4, [1, 1, 3], [4, 2, 4]),
+        # v1: [2,3] is mixed: A's last decode and C's whole prompt share the step.
+        ("vllm-v1", 4, [1, 1, 3], [3, 2, 4]),
+        # sglang: as v0 while prompts fit one chunk.
+        ("sglang", 4, [1, 1, 3], [4, 2, 4]),
+        # A 12-token C is chunked 8 + 4. sglang runs both chunks alone ([2,3], [3,4]), then
+        # decodes A and C together ([4,5]). v1 gives A one token of the budget at [2,3] (A done),
+        # C 7 then 5 tokens.
+        ("sglang", 12, [1, 1, 4], [5, 2, 5]),
+        ("vllm-v1", 12, [1, 1, 4], [3, 2, 5]),
+    ],
+)
+def test_schedules_worked_by_hand(scheduler, c_prompt, first, finish) -> None:
+    from pipeline.sim.engine import simulate
+
+    dep = Deployment("m", "g", max_num_seqs=4, max_batched_tokens=8)
+    cfg = engine_config(scheduler, dep, kv_tokens=1600, longest=c_prompt + 1)
+    res = simulate([0.0, 0.0, 1.5], [4, 4, c_prompt], [3, 2, 2], cfg, _OneSecond())
+    assert res.first_token.tolist() == first
+    assert res.finish.tolist() == finish

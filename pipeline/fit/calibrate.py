@@ -41,10 +41,11 @@ from pipeline.sim.engine import simulate
 
 F64 = NDArray[np.float64]
 
-SCHEDULERS = ("vllm-v0", "vllm-v1")  # what the fit chooses among when nothing is recorded
+SCHEDULERS = ("vllm-v0", "vllm-v1", "sglang")  # the fit chooses among these if none recorded
 SCHEDULER_DOC = {
     "vllm-v0": "vLLM V0: prefill steps run alone, decodes wait; recompute preemption",
     "vllm-v1": "vLLM V1: chunked prefill sharing each step's token budget with the decodes",
+    "sglang": "SGLang default: chunked prefill batches run alone (no mixed chunks), then decodes",
     "distserve": "DistServe: a prefill instance batching prompts, KV transfer, a decode instance",
 }
 PARAMS = ("mfu", "mbu", "overlap", "step_overhead_s", "seq_overhead_s", "kv_margin")
@@ -117,6 +118,8 @@ def recorded_scheduler(dep: Deployment) -> str | None:
     """The scheduler the log's engine and version imply, or None when they do not say."""
     if dep.disaggregation:
         return "distserve"
+    if (dep.engine or "").lower() == "sglang":
+        return "sglang"
     if (dep.engine or "").lower() != "vllm":
         return None
     v = _version(dep.engine_version)
@@ -161,7 +164,17 @@ def engine_config(scheduler: str, dep: Deployment, kv_tokens: int, longest: int)
             max_batched_tokens=budget,
             chunked_prefill=True,
         )
-    raise ValueError(f"unknown scheduler {scheduler!r}; known: {', '.join(SCHEDULERS)}")
+    if scheduler == "sglang":
+        # SGLang's chunked_prefill_size (8192 on large GPUs) bounds a prefill batch; its
+        # default scheduler runs prefill batches alone (--enable-mixed-chunk is off).
+        return EngineConfig(
+            kv_capacity_tokens=kv_tokens,
+            max_num_seqs=seqs,
+            max_batched_tokens=max(dep.max_batched_tokens or 8192, seqs),
+            chunked_prefill=True,
+            prefill_first=True,
+        )
+    raise ValueError(f"unknown scheduler {scheduler!r}; known: {', '.join(SCHEDULER_DOC)}")
 
 
 def observed_peak_kv(run: Run, samples: int = 2000) -> float:
@@ -331,7 +344,10 @@ def calibrate(
     source = "given" if scheduler else "recorded"
     choices = [scheduler] if scheduler else [recorded_scheduler(dep)]
     if choices[0] is None:
-        choices, source = list(SCHEDULERS), "inferred"
+        # The engine's own schedulers when the log names it (its version is what is missing).
+        engine = (dep.engine or "").lower()
+        choices = [x for x in SCHEDULERS if x.startswith(engine)] if engine else []
+        choices, source = choices or list(SCHEDULERS), "inferred"
     fits = {s: _fit(runs, dep, s, max_evals) for s in choices}
     best = min(fits, key=lambda s: fits[s][0].cost)
     res, peak, kv_fixed = fits[best]

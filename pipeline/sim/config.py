@@ -18,6 +18,10 @@ class EngineConfig:
     mixed_prefill: only without chunking. True: a step runs the running decodes *and* the whole
         prefills of the requests it admits (vLLM v1 with chunking off). False: a step that can admit
         requests runs only their prefills and the decodes wait (vLLM v0's prefill-first default).
+    prefill_first: only with chunking. True: a step with prefill chunks it can run runs only
+        those, and the decodes wait for a step without prefill work: SGLang's default scheduler
+        (chunks of ``max_batched_tokens``, its chunked_prefill_size); False (vLLM v1, SGLang's
+        --enable-mixed-chunk): chunks share each step with the decodes.
     max_prefill_chunk: per-request cap on one chunk (vLLM's long_prefill_token_threshold); None
         means the step budget is the only cap.
     kv_capacity_tokens: KV-cache slots across the replica, managed in paged blocks of
@@ -32,6 +36,7 @@ class EngineConfig:
     mixed_prefill: bool = True
     max_prefill_chunk: int | None = None
     block_size: int = 16
+    prefill_first: bool = False
 
     def __post_init__(self) -> None:
         if min(self.max_num_seqs, self.max_batched_tokens, self.block_size) < 1:

@@ -99,6 +99,10 @@ class _Engine:
         self, arr: F64, prompt: I64, out: I64, cached: I64, config: EngineConfig, cost: CostModel
     ) -> None:
         self.cfg, self.cost = config, cost
+        # Steps with prefill work run no decodes: vLLM v0 (unchunked, unmixed), SGLang (chunked).
+        self._prefill_first = config.prefill_first or not (
+            config.chunked_prefill or config.mixed_prefill
+        )
         self.bs, self.total_blocks = config.block_size, config.total_blocks
         self.arr = arr.tolist()
         self.order = np.argsort(arr, kind="stable").tolist()
@@ -231,13 +235,26 @@ class _Engine:
             return False
         return self._blocks(self.done[r] + todo) <= free
 
+    def _partial_fits(self, budget: int) -> bool:
+        """The oldest partial prefill's next chunk has its KV blocks free (chunked mode)."""
+        if not self.prefilling:
+            return False
+        r = next(iter(self.prefilling))
+        todo = min(self.p_eff[r] - self.done[r], budget, self.cfg.chunk_cap)
+        need = self._blocks(self.done[r] + todo) - self._blocks(self.done[r])
+        return need <= self.total_blocks - self.used
+
     def _step(self) -> None:
         cfg, t = self.cfg, self.t
         budget = cfg.max_batched_tokens
-        separate = not cfg.chunked_prefill and not cfg.mixed_prefill
         run_decodes = True
-        if separate and self._head_admissible(self.total_blocks - self.used, budget):
-            run_decodes = False  # vLLM v0: a step that can admit prefills runs only prefills
+        if self._prefill_first and (
+            self._partial_fits(budget)
+            or self._head_admissible(self.total_blocks - self.used, budget)
+        ):
+            # vLLM v0 (whole prompts) and SGLang's default (chunks): a step with prefill work
+            # it can do runs only prefills; the decodes wait for the next one.
+            run_decodes = False
         preempted = False
         if run_decodes and self.B:
             # Decoders whose context is a multiple of the block size need one new block now.
@@ -248,7 +265,7 @@ class _Engine:
         dec_count = self.B if run_decodes else 0
         budget -= dec_count
         chunks: list[tuple[int, int, int]] = []  # (request, new tokens, cached/prefilled before)
-        if run_decodes:
+        if run_decodes or cfg.prefill_first:  # partial prefills exist only when chunking
             for r in list(self.prefilling):
                 if budget <= 0:
                     break
@@ -327,8 +344,7 @@ class _Engine:
         free = self.total_blocks - self.used
         new_now = self.hist[-self.G % self.bs]
         budget = self.cfg.max_batched_tokens - self.B
-        separate = not self.cfg.chunked_prefill and not self.cfg.mixed_prefill
-        if separate:
+        if self._prefill_first:  # any admissible prompt breaks the run
             if self._head_admissible(free, self.cfg.max_batched_tokens):
                 return False
         elif self._head_admissible(free - new_now, budget):
