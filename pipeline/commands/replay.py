@@ -158,11 +158,12 @@ def command(
     workload = workload.scaled(whatif.workload.rate_scale, whatif.workload.max_requests)
     fits_layout = layout_for(fits_dir) if fits_dir else layout
     fits = load_fits(fits_layout) if fits_layout.root.exists() else {}
+    cals = _calibrations(fits_layout)
     try:
         if sweep_spec:
             key, values = sweep_mod.parse(sweep_spec)
             table, best = sweep_mod.run(whatif, workload, fits, key, values, slo_ttft, slo_tpot,
-                                        slo_attainment)  # fmt: skip
+                                        slo_attainment, cals)  # fmt: skip
             rows = table.to_dicts()
             if as_json:
                 click.echo(json.dumps({"sweep": rows, "cheapest": best}, default=str))
@@ -180,7 +181,7 @@ def command(
                            + (f", ${best['cost_usd']:.4g}" if best["cost_usd"] is not None
                               else "") + ")")  # fmt: skip
             return
-        scenario = resolve(whatif, workload, fits)
+        scenario = resolve(whatif, workload, fits, cals)
         result = simulate(scenario, workload)
     except UnknownName as exc:
         raise UserError(str(exc)) from None
@@ -225,3 +226,13 @@ def command(
                     ["metric", "percentile", "observed_s", "replayed_s", "error"],
                 )
             )
+
+
+def _calibrations(layout) -> list:
+    """The warehouse's calibrations (`pipeline fit`), [] without one."""
+    if not layout.root.exists():
+        return []
+    from pipeline.fit.calibration_store import load_calibrations
+    from pipeline.warehouse.views import connect
+
+    return load_calibrations(connect(layout))

@@ -165,3 +165,56 @@ def write_validation(layout: Layout, rows: list[dict[str, Any]]) -> str:
 
 def stamp() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class StoredCalibration:
+    """One deployment's row group of the calibration table, for replay."""
+
+    model: str
+    gpu: str
+    gpu_count: int
+    weight_dtype: str
+    kv_dtype: str
+    scheduler: str
+    values: dict[str, float]
+    kv_tokens: int | None
+    runs: int
+    requests: int
+
+    def describe(self) -> str:
+        return (
+            f"calibrated by replay on {self.runs} run(s) of {self.model} on {self.gpu_count} x "
+            f"{self.gpu} ({self.scheduler})"
+        )
+
+
+def load_calibrations(con: Any) -> list[StoredCalibration]:
+    """Every calibrated deployment of the warehouse ([] when `pipeline fit` wrote none)."""
+    try:
+        df = pl.from_arrow(con.sql(f"SELECT * FROM {TABLE}").to_arrow_table())
+    except Exception:  # no calibration table yet
+        return []
+    assert isinstance(df, pl.DataFrame)
+    keys = ["model", "gpu", "gpu_count", "weight_dtype", "kv_dtype", "engine", "engine_version"]
+    out = []
+    for _, g in df.group_by(keys, maintain_order=True):
+        first = g.row(0, named=True)
+        values = {r["parameter"]: r["value"] for r in g.iter_rows(named=True)}
+        kv = values.pop("kv_tokens", None)
+        status = {r["parameter"]: r["status"] for r in g.iter_rows(named=True)}
+        out.append(
+            StoredCalibration(
+                model=first["model"],
+                gpu=first["gpu"],
+                gpu_count=int(first["gpu_count"] or 1),
+                weight_dtype=first["weight_dtype"] or "bf16",
+                kv_dtype=first["kv_dtype"] or "bf16",
+                scheduler=first["scheduler"],
+                values=values,
+                kv_tokens=int(kv) if kv and status.get("kv_tokens") != "lower bound" else None,
+                runs=int(first["runs"] or 0),
+                requests=int(first["requests"] or 0),
+            )
+        )
+    return out

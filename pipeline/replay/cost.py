@@ -2,6 +2,11 @@
 
 Order of preference (the chosen source is printed and stored with the replayed run):
 
+0. a ``calibration`` of the same model (``pipeline fit`` calibrates by replaying the recorded
+   runs): its efficiencies, overlap and overheads on the target's roofline; "calibration" when
+   the GPU, GPU count and dtypes are the calibrated ones, else "calibration-carried" (the
+   cross-hardware rule: the target GPU's catalog roofline with the efficiencies carried from
+   the observed GPU, preferring the same GPU count);
 1. a ``cost_models`` group (``pipeline fit``) with the same model, GPU, GPU count and dtypes;
 2. otherwise the catalog roofline of the *target* hardware and model, with the efficiencies and
    overheads fitted on the nearest observed hardware: the same GPU if any fit has it, else the
@@ -154,3 +159,63 @@ def choose(
     if over:
         text += " with " + ", ".join(f"{k}={v:g}" for k, v in sorted(over.items()))
     return CostChoice(PhaseCost(pre, dec), kind, text, key)
+
+
+def choose_calibrated(
+    target: Target, cals: list[Any], overrides: dict[str, float | None] | None = None
+) -> tuple[CostChoice, Any] | None:
+    """The calibration-based cost for ``target`` and the calibration used, or None."""
+    same = [c for c in cals if _same_model_name(c.model, target.model)]
+    if not same:
+        return None
+
+    def rank(c: Any) -> tuple:
+        exact_gpu = catalog.gpu(c.gpu).key == target.gpu.key
+        return (
+            0 if exact_gpu else 1,
+            _gpu_distance(catalog.gpu(c.gpu), target.gpu),
+            0 if c.gpu_count == target.tp else 1,
+            0 if (c.weight_dtype, c.kv_dtype) == (target.weight_dtype, target.kv_dtype) else 1,
+            -c.requests,
+        )
+
+    cal = min(same, key=rank)
+    over = {k: v for k, v in (overrides or {}).items() if v is not None}
+    eff = {
+        "mfu": cal.values["mfu"],
+        "mbu": cal.values["mbu"],
+        "step_overhead": cal.values["step_overhead_s"],
+        "seq_overhead": cal.values["seq_overhead_s"],
+    } | over
+    cost = StepCost(
+        target.model,
+        target.gpu,
+        tp=target.tp,
+        weight_dtype=target.weight_dtype,
+        kv_dtype=target.kv_dtype,
+        flash_attention=target.flash_attention,
+        overlap=cal.values.get("overlap", 1.0),
+        **{k: eff[k] for k in PARAMS},
+    )
+    exact = (
+        catalog.gpu(cal.gpu).key == target.gpu.key
+        and cal.gpu_count == target.tp
+        and (cal.weight_dtype, cal.kv_dtype) == (target.weight_dtype, target.kv_dtype)
+    )
+    text = cal.describe()
+    if not exact:
+        text = (
+            f"roofline of {target.model.name} on {target.tp} x {target.gpu.name} with the "
+            f"efficiencies {text}"
+        )
+    if over:
+        text += " with " + ", ".join(f"{k}={v:g}" for k, v in sorted(over.items()))
+    kind = "calibration" if exact else "calibration-carried"
+    return CostChoice(PhaseCost(cost, cost), kind, text), (cal if exact else None)
+
+
+def _same_model_name(name: str, model: catalog.Model) -> bool:
+    try:
+        return catalog.model(name).key == model.key
+    except catalog.UnknownName:
+        return False

@@ -29,7 +29,7 @@ from pipeline import catalog
 from pipeline.fit.core import FittedModel, GroupKey
 from pipeline.physics import kv_bytes_per_token
 from pipeline.replay.config import WhatIf
-from pipeline.replay.cost import CostChoice, Target, choose
+from pipeline.replay.cost import CostChoice, Target, choose, choose_calibrated
 from pipeline.replay.workload import Workload
 from pipeline.sim.cluster import Pool, PoolResult, simulate_pool
 from pipeline.sim.config import EngineConfig, kv_capacity_tokens
@@ -121,11 +121,22 @@ def _pick(*values: Any) -> Any:
 
 def _engine_config(
     w: WhatIf, rec: dict[str, Any], model: catalog.Model, kv_tokens: int, longest: int,
-    notes: list[str],
+    notes: list[str], calibrated: str | None = None,
 ) -> tuple[EngineConfig, int | None, int, int]:  # fmt: skip
-    """EngineConfig, static batch (or None), static reservation, longest allowed request."""
+    """EngineConfig, static batch (or None), static reservation, longest allowed request.
+
+    ``calibrated``: the scheduler `pipeline fit` chose for this deployment (vllm-v0, vllm-v1,
+    sglang); it decides chunking and prefill-first steps unless the what-if sets chunking."""
     s = w.scheduler
-    chunked = bool(_pick(s.chunked_prefill, rec.get("chunked_prefill"), True))
+    by_cal = calibrated if s.chunked_prefill is None else None
+    chunked = bool(
+        _pick(
+            s.chunked_prefill,
+            None if by_cal is None else by_cal != "vllm-v0",
+            rec.get("chunked_prefill"),
+            True,
+        )
+    )
     mns = int(_pick(s.max_num_seqs, rec.get("max_num_seqs"), 256))
     mbt = _pick(s.max_num_batched_tokens, rec.get("max_batched_tokens"))
     chunk = s.chunk_size
@@ -165,9 +176,10 @@ def _engine_config(
         max_num_seqs=mns,
         max_batched_tokens=mbt,
         chunked_prefill=chunked,
-        mixed_prefill=s.mixed_prefill,
+        mixed_prefill=s.mixed_prefill and by_cal != "vllm-v0",
         max_prefill_chunk=chunk,
         block_size=s.block_size,
+        prefill_first=chunked and by_cal == "sglang",
     )
     limit = min(limit, (cfg.total_blocks) * cfg.block_size)
     if not chunked:
@@ -176,7 +188,10 @@ def _engine_config(
 
 
 def resolve(
-    w: WhatIf, workload: Workload, fits: dict[GroupKey, FittedModel] | None = None
+    w: WhatIf,
+    workload: Workload,
+    fits: dict[GroupKey, FittedModel] | None = None,
+    calibrations: list[Any] | None = None,
 ) -> Scenario:
     """The concrete scenario: what-if values, else the recorded run's, else defaults."""
     rec = workload.recorded
@@ -206,13 +221,21 @@ def resolve(
     }  # fmt: skip
 
     def plan(name: str, ptp: int, n: int) -> PoolPlan:
-        kv = kv_capacity_tokens(
-            model, gpu, tp=ptp, weight_dtype=wd, kv_dtype=kd,
-            gpu_memory_utilization=d.gpu_memory_utilization,
-        )  # fmt: skip
-        cfg, static, reserve, limit = _engine_config(w, rec, model, kv, longest, notes)
         target = Target(model, gpu, ptp, wd, kd, flash)
-        cost = choose(target, fits, w.cost.source, over)
+        picked = None
+        if calibrations and w.cost.source == "auto":
+            picked = choose_calibrated(target, calibrations, over)
+        cal = picked[1] if picked else None
+        if cal is not None and cal.kv_tokens:
+            kv = cal.kv_tokens  # the calibrated (or recorded) KV capacity of this deployment
+        else:
+            kv = kv_capacity_tokens(
+                model, gpu, tp=ptp, weight_dtype=wd, kv_dtype=kd,
+                gpu_memory_utilization=d.gpu_memory_utilization,
+            )  # fmt: skip
+        sched = cal.scheduler if cal is not None and cal.scheduler != "distserve" else None
+        cfg, static, reserve, limit = _engine_config(w, rec, model, kv, longest, notes, sched)
+        cost = picked[0] if picked else choose(target, fits, w.cost.source, over)
         pool = Pool(cfg, cost.cost, n, d.routing, static, reserve)
         return PoolPlan(name, pool, ptp, cost, limit)
 

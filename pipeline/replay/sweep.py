@@ -88,11 +88,12 @@ def run(
     slo_ttft: float | None,
     slo_tpot: float | None,
     attainment: float = 0.9,
+    calibrations: list[Any] | None = None,
 ) -> tuple[pl.DataFrame, dict[str, Any] | None]:
     """The sweep table and the cheapest row that meets the SLO (None if none does)."""
     rows = []
     for v in values:
-        sc = resolve(apply(w, key, v, workload), workload, fits)
+        sc = resolve(apply(w, key, v, workload), workload, fits, calibrations)
         res = simulate(sc, workload, record_steps=False)
         s = res.summary(slo_ttft, slo_tpot)
         meets = s["slo_attainment"] >= attainment and s["refused"] == 0
