@@ -24,6 +24,14 @@ from pipeline.errors import DataError, UserError
     show_default=True,
     help="Also calibrate each deployment by replaying its runs (writes `calibration`).",
 )
+@click.option(
+    "--profile",
+    "profile_dir",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    help="A layer-wise profile (LLMServingSim layout): read and summarised; "
+    "`pipeline validate --profile` replays with it beside the log-fitted model.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @engine_option("Engine for the fit's SQL (spark: only each group's selection comes back)")
 def command(
@@ -31,6 +39,7 @@ def command(
     max_requests: int | None,
     no_claims: bool,
     calibrate: bool,
+    profile_dir: str | None,
     quiet: bool,
     engine: str,
 ) -> None:
@@ -62,6 +71,8 @@ def command(
     except EngineError as exc:
         raise DataError(str(exc)) from None
     out = console(quiet)
+    if profile_dir is not None:
+        _profile(profile_dir, where, out)
     if calibrate and not isinstance(where, str):
         _calibrate(where, out)
     if not fits:
@@ -95,6 +106,9 @@ def _calibrate(layout, out) -> None:
             cal = calibrate(runs, dep)
         except UnknownName as exc:
             out.print(f"calibration: left out {dep.label()}: {exc}")
+            continue
+        except (ValueError, RuntimeError) as exc:  # a log the model cannot replay at all
+            out.print(f"calibration: failed for {dep.label()}: {exc}")
             continue
         cals.append(cal)
         out.print(describe(cal))
@@ -131,3 +145,34 @@ def _eff(v: float) -> str:
     from pipeline.fit.model import MAX_EFFICIENCY
 
     return f"at bound ({v:.0%})" if v >= MAX_EFFICIENCY - 1e-6 else f"{v:.1%}"
+
+
+def _profile(profile_dir: str, where, out) -> None:
+    """Read a layer profile for every model the warehouse has; print its step times."""
+    from pipeline.fit.profile import load_profile
+    from pipeline.warehouse.views import connect
+
+    models = []
+    if not isinstance(where, str):
+        models = [
+            r[0]
+            for r in connect(where)
+            .execute("SELECT DISTINCT model FROM requests WHERE model IS NOT NULL")
+            .fetchall()
+        ]
+    read = 0
+    for m in models:
+        try:
+            prof = load_profile(profile_dir, m)
+        except ValueError:
+            continue
+        read += 1
+        out.print(
+            f"profile {profile_dir} for {m}: decode step (1 seq, ctx 1024) "
+            f"{prof.step_time_us(0, 0, 1, 1024) / 1e3:.2f} ms, 2048-token prefill "
+            f"{prof.step_time_us(2048, 0, 0, 0) / 1e3:.1f} ms (as measured, no host overheads)"
+        )
+    if not read:
+        raise UserError(
+            f"--profile {profile_dir}: not a layer profile of any model in the warehouse"
+        )

@@ -23,8 +23,18 @@ from pipeline.errors import DataError, UserError
     show_default=True,
     help="Output format.",
 )
+@click.option(
+    "--profile",
+    "profile_dir",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    help="A layer-wise profile (LLMServingSim layout, docs/profile.md): also replay each run "
+    "with its step times, beside the log-fitted model.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-def command(warehouse: str | None, runs: tuple[str, ...], fmt: str, quiet: bool) -> None:
+def command(
+    warehouse: str | None, runs: tuple[str, ...], fmt: str, profile_dir: str | None, quiet: bool
+) -> None:
     """Replay each run with a model calibrated WITHOUT it and show observed vs replayed.
 
     Leave one run out for deployments with several runs; with one run, fit on its first half
@@ -36,6 +46,7 @@ def command(warehouse: str | None, runs: tuple[str, ...], fmt: str, quiet: bool)
     \b
     Example:
       pipeline validate --warehouse warehouse/
+      pipeline validate --profile profile-RTX4090-Llama-3.1-8B/
       pipeline query --sql "SELECT * FROM validation WHERE split <> 'in-sample'"
     """
     from pipeline.catalog.names import UnknownName
@@ -60,11 +71,20 @@ def command(warehouse: str | None, runs: tuple[str, ...], fmt: str, quiet: bool)
     rows: list[dict] = []
     for dep, rs in selected.items():
         try:
-            got, _ = validate_deployment(dep, rs, progress=lambda s: out.print(s, style="dim"))
+            got, cals = validate_deployment(dep, rs, progress=lambda s: out.print(s, style="dim"))
         except UnknownName as exc:
             out.print(f"left out {dep.label()}: {exc}")
             continue
         rows += got
+        if profile_dir is not None:
+            from pipeline.fit.profile import load_profile
+            from pipeline.fit.validate import profile_rows
+
+            try:
+                prof = load_profile(profile_dir, dep.model, tp=dep.gpu_count)
+            except ValueError as exc:
+                raise UserError(f"--profile {profile_dir}: {exc}") from None
+            rows += profile_rows(dep, rs, prof, cals[0].scheduler, cals[0].kv_tokens)
     write_validation(layout, rows)
     if fmt == "json":
         click.echo(json.dumps(rows, default=_nan_none))
@@ -83,7 +103,7 @@ def _pct(v: float | None) -> str:
 def _print(out, rows: list[dict]) -> None:
     from pipeline.fit.validate import summary
 
-    held = [r for r in rows if r["split"] != "in-sample"]
+    held = [r for r in rows if r["split"] not in ("in-sample",)]
     t = Table(title="validation: replay with a model fitted without the scored requests")
     for c in ("run", "split", "metric", "observed", "replayed", "error"):
         t.add_column(c, justify="right" if c in ("observed", "replayed", "error") else "left")
@@ -99,7 +119,7 @@ def _print(out, rows: list[dict]) -> None:
             _pct(r["error"]),
         )
     out.print(t)
-    for split in ("leave-one-run-out", "second-half", "in-sample"):
+    for split in ("leave-one-run-out", "second-half", "profile", "in-sample"):
         if any(r["split"] == split for r in rows):
             s = summary(rows, split)
             out.print(

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.optimize import least_squares
+from scipy.optimize import minimize
 
 from pipeline import catalog
 from pipeline.physics import StepCost, kv_bytes_per_token
@@ -304,37 +305,62 @@ def _simulate_disaggregated(
     return first - run.arrival, fin - run.arrival
 
 
+QUANTILES = (10.0, 25.0, 50.0, 75.0, 90.0)  # of each run's TTFT and TPOT, matched in the cost
+RHO_SCALE = 0.1  # soft-L1: quadratic within 10 % log error, linear beyond
+
+
+def _groups(
+    x: F64, runs: list[Run], dep: Deployment, scheduler: str, peak: float, longest: int
+) -> list[tuple[float, F64]]:
+    """(weight, log errors) groups: per run, every request's TTFT and TPOT and the run's
+    quantiles of both; each group weighs 1/its size, so each run and each view counts alike."""
+    v = dict(zip(PARAMS, x, strict=True))
+    out: list[tuple[float, F64]] = []
+    for r in runs:
+        kv = r.kv_tokens or int(peak * (1.0 + v["kv_margin"]))
+        try:
+            ttft, e2e = simulate_run(v, dep, scheduler, r, kv, longest)
+        except RuntimeError:
+            # The scheduler stalls (a KV cache too small for what it admitted): this corner of
+            # the box cannot have produced the log; price it as 100x too slow, not as a crash.
+            ttft, e2e = r.ttft * 100.0, r.e2e * 100.0
+        tpot, obs_tpot = tpot_of(ttft, e2e, r.output), r.tpot
+        per_ttft = np.log(np.maximum(ttft, 1e-6) / np.maximum(r.ttft, 1e-6))
+        out.append((1.0 / r.n, per_ttft))
+        out.append((1.0 / len(QUANTILES), _quantile_errors(ttft, r.ttft)))
+        if len(tpot):
+            per_tpot = np.log(np.maximum(tpot, 1e-7) / np.maximum(obs_tpot, 1e-7))
+            out.append((1.0 / len(tpot), per_tpot))
+            out.append((1.0 / len(QUANTILES), _quantile_errors(tpot, obs_tpot)))
+    return out
+
+
+def _quantile_errors(sim: F64, obs: F64) -> F64:
+    a = np.maximum(np.percentile(sim, QUANTILES), 1e-7)
+    b = np.maximum(np.percentile(obs, QUANTILES), 1e-7)
+    return np.log(a / b)
+
+
+def _cost(groups: list[tuple[float, F64]]) -> float:
+    """Robust cost: sum over groups of weight x sum of soft-L1(error / RHO_SCALE)."""
+    total = 0.0
+    for w, e in groups:
+        u = (e / RHO_SCALE) ** 2
+        total += w * float(np.sum(2.0 * (np.sqrt(1.0 + u) - 1.0)))
+    return total * RHO_SCALE**2
+
+
 def _residuals(
     x: F64, runs: list[Run], dep: Deployment, scheduler: str, peak: float, longest: int
 ) -> F64:
-    v = dict(zip(PARAMS, x, strict=True))
-    parts = []
-    for r in runs:
-        kv = r.kv_tokens or int(peak * (1.0 + v["kv_margin"]))
-        ttft, e2e = simulate_run(v, dep, scheduler, r, kv, longest)
-        tpot = tpot_of(ttft, e2e, r.output)
-        obs_tpot = r.tpot
-        # Per request, weighted so every run counts alike whatever its size; then its
-        # percentiles, the figures users compare.
-        w = 1.0 / math.sqrt(r.n)
-        parts.append(w * np.log(np.maximum(ttft, 1e-6) / np.maximum(r.ttft, 1e-6)))
-        if len(tpot):
-            parts.append(w * np.log(np.maximum(tpot, 1e-7) / np.maximum(obs_tpot, 1e-7)))
-        for q in PERCENTILES:
-            parts.append(np.array([_log_ratio(ttft, r.ttft, q)]))
-            if len(tpot):
-                parts.append(np.array([_log_ratio(tpot, obs_tpot, q)]))
-    return np.concatenate(parts)
-
-
-def _log_ratio(sim: F64, obs: F64, q: float) -> float:
-    return math.log(
-        max(float(np.percentile(sim, q)), 1e-7) / max(float(np.percentile(obs, q)), 1e-7)
+    """The groups as one weighted residual vector (sqrt(weight) x error): for the Jacobian."""
+    return np.concatenate(
+        [math.sqrt(w) * e for w, e in _groups(x, runs, dep, scheduler, peak, longest)]
     )
 
 
 def calibrate(
-    runs: list[Run], dep: Deployment, scheduler: str | None = None, max_evals: int = 80
+    runs: list[Run], dep: Deployment, scheduler: str | None = None, max_evals: int = 360
 ) -> Calibration:
     """Fit ``dep``'s parameters to its ``runs`` by replaying them (see the module docstring)."""
     if not runs:
@@ -348,14 +374,21 @@ def calibrate(
         engine = (dep.engine or "").lower()
         choices = [x for x in SCHEDULERS if x.startswith(engine)] if engine else []
         choices, source = choices or list(SCHEDULERS), "inferred"
-    fits = {s: _fit(runs, dep, s, max_evals) for s in choices}
-    best = min(fits, key=lambda s: fits[s][0].cost)
+    if len(choices) == 1:
+        fits = {choices[0]: _fit(runs, dep, choices[0], max_evals)}
+        best = choices[0]
+    else:  # the coarse search for every candidate; the fine one for the best only
+        fits = {s: _fit(runs, dep, s, max_evals, stages=("coarse",)) for s in choices}
+        best = min(fits, key=lambda s: fits[s][0].cost)
+        fits[best] = _fit(runs, dep, best, max_evals, stages=("fine",), x_start=fits[best][0].x)
     res, peak, kv_fixed = fits[best]
     values, ci, status = _summarise(res, kv_fixed)
     kv_tokens = int(peak * (1.0 + values["kv_margin"]))
     if kv_fixed:
         kv_status = "recorded"
         kv_tokens = int(runs[0].kv_tokens or 0)
+    elif best == "distserve" and status["kv_margin"] != "fitted":
+        kv_status = status["kv_margin"]  # a bound of the sizing range, or not identifiable
     elif status["kv_margin"] == "at bound" and values["kv_margin"] <= LOWER[5] + 1e-9:
         kv_status = "fitted"  # at the observed peak: the log shows it full
     elif status["kv_margin"] in ("not identifiable", "at bound"):
@@ -379,28 +412,118 @@ def calibrate(
     )
 
 
-def _fit(
-    runs: list[Run], dep: Deployment, scheduler: str, max_evals: int
-) -> tuple[Any, float, bool]:
-    kv_fixed = all(r.kv_tokens for r in runs)
-    peak = max(observed_peak_kv(r) for r in runs)
-    longest = _longest(runs)
-    lower, upper, start = LOWER.copy(), UPPER.copy(), START.copy()
-    if kv_fixed:  # recorded: the margin is not a parameter (pinned, tiny box)
-        upper[5] = lower[5] + 1e-12
-        start[5] = lower[5]
-    res = least_squares(
-        _residuals,
-        start,
-        args=(runs, dep, scheduler, peak, longest),
-        bounds=(lower, upper),
-        x_scale=SCALE,
-        diff_step=2e-2,  # simulated schedules are piecewise constant below ~1 % changes
-        loss="soft_l1",
-        f_scale=0.3,
-        max_nfev=max_evals,
+WINDOW = 2_000  # requests per run in the coarse search (the earliest: a contiguous window)
+
+
+def _window(run: Run, n: int) -> Run:
+    if run.n <= n:
+        return run
+    return replace(
+        run,
+        arrival=run.arrival[:n],
+        prompt=run.prompt[:n],
+        output=run.output[:n],
+        ttft=run.ttft[:n],
+        e2e=run.e2e[:n],
     )
-    res.lower, res.upper = lower, upper
+
+
+def _kv_reference(runs: list[Run], dep: Deployment, scheduler: str) -> float:
+    """KV capacity = reference x (1 + margin), margin in [0, 1] fitted.
+
+    Colocated: the reference is the peak the log shows in use (a lower bound: the server held
+    it). Disaggregated: a request between its first token and its finish may still wait for the
+    decode instance with its KV on the prefill side, so the log's peak bounds nothing there; the
+    reference is half the decode instance's vLLM-style sizing at gpu_memory_utilization 0.95
+    (the catalog's HBM minus weights and activations), so the fit ranges over 50-100 % of it."""
+    if scheduler != "distserve":
+        return max(observed_peak_kv(r) for r in runs)
+    d = dep.disagg()
+    cap = kv_capacity_tokens(
+        catalog.model(dep.model),
+        catalog.gpu(dep.gpu),
+        tp=int(d.get("decode_tp", dep.gpu_count)),
+        weight_dtype=dep.weight_dtype,
+        kv_dtype=dep.kv_dtype,
+        gpu_memory_utilization=0.95,
+    )
+    return cap / 2.0
+
+
+def _fit(
+    runs: list[Run],
+    dep: Deployment,
+    scheduler: str,
+    max_evals: int,
+    stages: tuple[str, ...] = ("coarse", "fine"),
+    x_start: F64 | None = None,
+) -> tuple[Any, float, bool]:
+    """Nelder-Mead on the robust cost, in z = x / SCALE, clipped to the box.
+
+    A replayed schedule is piecewise constant in the parameters (a 2 % change moves a step
+    across an arrival), so the cost is rugged at small scales: gradient steps from finite
+    differences stall where the simplex still finds its way. A coarse pass (simplex 30 % of each
+    parameter's typical size, at most WINDOW requests per run) is refined on every request
+    (simplex 10 %); the Jacobian of the residuals at the optimum (central differences, 2 %)
+    gives the intervals."""
+    kv_fixed = all(r.kv_tokens for r in runs)
+    peak = _kv_reference(runs, dep, scheduler)
+    longest = _longest(runs)
+    lower, upper = LOWER.copy(), UPPER.copy()
+    free = np.ones(len(PARAMS), bool)
+    if kv_fixed:  # recorded: the margin is not a parameter
+        free[5] = False
+    lo, hi = lower / SCALE, upper / SCALE
+    z_fixed = np.clip((START if x_start is None else x_start) / SCALE, lo, hi)
+    if kv_fixed:
+        z_fixed[5] = lo[5]
+
+    def x_of(zf: F64) -> F64:
+        z = z_fixed.copy()
+        z[free] = zf
+        return np.clip(z, lo, hi) * SCALE
+
+    def cost_on(rs: list[Run]):
+        def cost(zf: F64) -> float:
+            z = z_fixed.copy()
+            z[free] = zf
+            outside = float(np.sum((z - np.clip(z, lo, hi)) ** 2))
+            return _cost(_groups(x_of(zf), rs, dep, scheduler, peak, longest)) + 10 * outside
+
+        return cost
+
+    def simplex(z0: F64, frac: float) -> F64:
+        steps = np.eye(len(z0)) * frac * np.maximum(np.abs(z0), 0.5)
+        return np.vstack([z0, z0 + steps])
+
+    coarse = [_window(r, WINDOW) for r in runs]
+    z = z_fixed[free]
+    budget = max(max_evals, 2 * (free.sum() + 1))
+    plan = {"coarse": (coarse, 0.3, budget * 2 // 3), "fine": (runs, 0.1, budget // 3)}
+    for rs, frac, evals in (plan[k] for k in stages):
+        r = minimize(
+            cost_on(rs),
+            z,
+            method="Nelder-Mead",
+            options={"initial_simplex": simplex(z, frac), "maxfev": int(evals), "xatol": 1e-3,
+                     "fatol": 1e-5},
+        )  # fmt: skip
+        z = r.x
+    x = x_of(z)
+    args = (runs, dep, scheduler, peak, longest)
+    f0 = _residuals(x, *args)
+    jac = np.zeros((len(f0), len(PARAMS)))
+    for k in np.flatnonzero(free):
+        h = 0.02 * SCALE[k]
+        up, dn = x.copy(), x.copy()
+        up[k], dn[k] = min(x[k] + h, upper[k]), max(x[k] - h, lower[k])
+        if up[k] > dn[k]:
+            jac[:, k] = (_residuals(up, *args) - _residuals(dn, *args)) / (up[k] - dn[k])
+    cost = _cost(_groups(x, *args))
+    res = SimpleNamespace(x=x, fun=f0, jac=jac, cost=cost, lower=lower, upper=upper)
+    if kv_fixed:
+        res.upper = upper.copy()
+        res.upper[5] = lower[5]
     return res, peak, kv_fixed
 
 

@@ -80,6 +80,7 @@ def validate_deployment(
             say(f"{dep.label()}: leaving out {r.run_id}")
             cal = calibrate(runs[:i] + runs[i + 1 :], dep)
             rows += _rows(dep, cal, r, "leave-one-run-out")
+            cals.append(cal)
     else:
         (r,) = runs
         first, later = _first_half(r)
@@ -123,4 +124,42 @@ def whatif_rows(
     rows: list[dict[str, Any]] = []
     for r in runs:
         rows += _rows(target, cal, replace(r, kv_tokens=None), split)
+    return rows
+
+
+def profile_rows(
+    dep: Deployment, runs: list[Run], profile: Any, scheduler: str, kv_tokens: int
+) -> list[dict[str, Any]]:
+    """Each run replayed with a layer-wise profile's step times (pipeline/fit/profile.py) under
+    the given scheduler and KV capacity: nothing fitted to the log but those two (split
+    'profile'), to set beside the log-fitted errors."""
+    from pipeline.fit.calibrate import _longest, _simulate, engine_config
+
+    rows: list[dict[str, Any]] = []
+    for r in runs:
+        kv = r.kv_tokens or kv_tokens
+        cfg = engine_config(scheduler, dep, max(kv, _longest([r]) + 16), _longest([r]))
+        ttft, e2e = _simulate(profile, cfg, r)
+        obs = run_metrics(r.arrival, r.ttft, r.e2e, r.output)
+        sim = run_metrics(r.arrival, ttft, e2e, r.output)
+        for m in METRICS:
+            rows.append(
+                {
+                    "run_id": r.run_id,
+                    "model": dep.model,
+                    "gpu": dep.gpu,
+                    "gpu_count": dep.gpu_count,
+                    "engine": dep.engine,
+                    "engine_version": dep.engine_version,
+                    "weight_dtype": dep.weight_dtype,
+                    "kv_dtype": dep.kv_dtype,
+                    "scheduler": scheduler,
+                    "split": "profile",
+                    "metric": m,
+                    "observed": obs[m],
+                    "replayed": sim[m],
+                    "error": sim[m] / obs[m] - 1.0 if obs[m] else None,
+                    "requests": r.n,
+                }
+            )
     return rows
