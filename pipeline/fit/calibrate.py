@@ -373,7 +373,11 @@ def calibrate(
         # The engine's own schedulers when the log names it (its version is what is missing).
         engine = (dep.engine or "").lower()
         choices = [x for x in SCHEDULERS if x.startswith(engine)] if engine else []
-        choices, source = choices or list(SCHEDULERS), "inferred"
+        choices = choices or list(SCHEDULERS)
+        if dep.chunked_prefill is not None:  # a recorded chunking flag rules out the others
+            keep = [x for x in choices if (x != "vllm-v0") == dep.chunked_prefill]
+            choices = keep or choices
+        source = "inferred"
     if len(choices) == 1:
         fits = {choices[0]: _fit(runs, dep, choices[0], max_evals)}
         best = choices[0]
