@@ -396,7 +396,11 @@ def calibrate(
     elif status["kv_margin"] == "at bound" and values["kv_margin"] <= LOWER[5] + 1e-9:
         kv_status = "fitted"  # at the observed peak: the log shows it full
     elif status["kv_margin"] in ("not identifiable", "at bound"):
+        # The log never came near its capacity: it is at least this. Replaying more load than
+        # the log saw needs a number, so the catalog's vLLM-style sizing is used when larger
+        # (first half -> second half of a sample trace was +600 % TTFT with the bound itself).
         kv_status = "lower bound"
+        kv_tokens = max(kv_tokens, _catalog_kv(dep))
     else:
         kv_status = "fitted"
     return Calibration(
@@ -430,6 +434,20 @@ def _window(run: Run, n: int) -> Run:
         ttft=run.ttft[:n],
         e2e=run.e2e[:n],
     )
+
+
+def _catalog_kv(dep: Deployment) -> int:
+    """vLLM-style KV sizing of one replica (HBM x 0.9 - weights - activations), 0 if none fits."""
+    try:
+        return kv_capacity_tokens(
+            catalog.model(dep.model),
+            catalog.gpu(dep.gpu),
+            tp=dep.gpu_count,
+            weight_dtype=dep.weight_dtype,
+            kv_dtype=dep.kv_dtype,
+        )
+    except ValueError:
+        return 0
 
 
 def _kv_reference(runs: list[Run], dep: Deployment, scheduler: str) -> float:
