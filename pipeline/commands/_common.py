@@ -18,6 +18,17 @@ warehouse_option = click.option(
 )
 
 
+def profile_option(what: str):
+    """--profile DIR: a layer-wise profile (LLMServingSim layout, docs/profile.md)."""
+    return click.option(
+        "--profile",
+        "profile_dir",
+        type=click.Path(exists=True, file_okay=False),
+        default=None,
+        help=f"A layer-wise profile (LLMServingSim layout, docs/profile.md): {what}.",
+    )
+
+
 def engine_option(what: str):
     """--engine duckdb|spark, the same on every command that reads the warehouse."""
     from pipeline.engines import ENGINES

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from pipeline.commands._common import console, engine_option, layout_for, warehouse_option
+from pipeline.commands._common import (
+    console,
+    engine_option,
+    layout_for,
+    profile_option,
+    warehouse_option,
+)
 from pipeline.engines import EngineError
 from pipeline.errors import DataError, UserError
 
@@ -24,13 +30,8 @@ from pipeline.errors import DataError, UserError
     show_default=True,
     help="Also calibrate each deployment by replaying its runs (writes `calibration`).",
 )
-@click.option(
-    "--profile",
-    "profile_dir",
-    type=click.Path(exists=True, file_okay=False),
-    default=None,
-    help="A layer-wise profile (LLMServingSim layout): read and summarised; "
-    "`pipeline validate --profile` replays with it beside the log-fitted model.",
+@profile_option(
+    "read and summarised; `pipeline validate --profile` replays with it beside the log-fitted model"
 )
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @engine_option("Engine for the fit's SQL (spark: only each group's selection comes back)")

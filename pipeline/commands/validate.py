@@ -8,7 +8,7 @@ import math
 import click
 from rich.table import Table
 
-from pipeline.commands._common import console, layout_for, warehouse_option
+from pipeline.commands._common import console, layout_for, profile_option, warehouse_option
 from pipeline.errors import DataError, UserError
 
 
@@ -23,14 +23,7 @@ from pipeline.errors import DataError, UserError
     show_default=True,
     help="Output format.",
 )
-@click.option(
-    "--profile",
-    "profile_dir",
-    type=click.Path(exists=True, file_okay=False),
-    default=None,
-    help="A layer-wise profile (LLMServingSim layout, docs/profile.md): also replay each run "
-    "with its step times, beside the log-fitted model.",
-)
+@profile_option("also replay each run with its step times, beside the log-fitted model")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 def command(
     warehouse: str | None, runs: tuple[str, ...], fmt: str, profile_dir: str | None, quiet: bool

@@ -25,6 +25,19 @@ def _rows(
     dep: Deployment, cal: Calibration, run: Run, split: str, mask: np.ndarray | None = None
 ) -> list[dict[str, Any]]:
     ttft, e2e = cal.replay(run)
+    return _metric_rows(dep, cal.scheduler, run, split, ttft, e2e, mask)
+
+
+def _metric_rows(
+    dep: Deployment,
+    scheduler: str,
+    run: Run,
+    split: str,
+    ttft: np.ndarray,
+    e2e: np.ndarray,
+    mask: np.ndarray | None = None,
+) -> list[dict[str, Any]]:
+    """`validation` rows: each metric of ``run`` observed vs replayed (``ttft``, ``e2e``)."""
     obs = run_metrics(run.arrival, run.ttft, run.e2e, run.output, mask)
     sim = run_metrics(run.arrival, ttft, e2e, run.output, mask)
     n = int(run.n if mask is None else mask.sum())
@@ -38,7 +51,7 @@ def _rows(
             "engine_version": dep.engine_version,
             "weight_dtype": dep.weight_dtype,
             "kv_dtype": dep.kv_dtype,
-            "scheduler": cal.scheduler,
+            "scheduler": scheduler,
             "split": split,
             "metric": m,
             "observed": obs[m],
@@ -140,26 +153,5 @@ def profile_rows(
         kv = r.kv_tokens or kv_tokens
         cfg = engine_config(scheduler, dep, max(kv, _longest([r]) + 16), _longest([r]))
         ttft, e2e = _simulate(profile, cfg, r)
-        obs = run_metrics(r.arrival, r.ttft, r.e2e, r.output)
-        sim = run_metrics(r.arrival, ttft, e2e, r.output)
-        for m in METRICS:
-            rows.append(
-                {
-                    "run_id": r.run_id,
-                    "model": dep.model,
-                    "gpu": dep.gpu,
-                    "gpu_count": dep.gpu_count,
-                    "engine": dep.engine,
-                    "engine_version": dep.engine_version,
-                    "weight_dtype": dep.weight_dtype,
-                    "kv_dtype": dep.kv_dtype,
-                    "scheduler": scheduler,
-                    "split": "profile",
-                    "metric": m,
-                    "observed": obs[m],
-                    "replayed": sim[m],
-                    "error": sim[m] / obs[m] - 1.0 if obs[m] else None,
-                    "requests": r.n,
-                }
-            )
+        rows += _metric_rows(dep, scheduler, r, "profile", ttft, e2e)
     return rows
