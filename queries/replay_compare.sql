@@ -1,10 +1,10 @@
 -- description: replayed runs vs the runs they replay: p50/p90/p99 of TTFT, TPOT, E2E and errors
--- A replayed request (source_format 'replay') keeps its request_id and names the replayed run in
--- source_file; requests are paired on both, so only requests present in both runs count.
+-- A replayed request (in replay_requests, never in requests) keeps its request_id and names the
+-- replayed run in source_file; requests are paired on both, so only requests present in both count.
 WITH rep AS (
     SELECT run_id, source_file, request_id, ttft_s, tpot_s, e2e_s
-    FROM requests
-    WHERE source_format = 'replay' AND status = 'ok'
+    FROM replay_requests
+    WHERE status = 'ok'
 ),
 pairs AS (
     SELECT
@@ -15,7 +15,7 @@ pairs AS (
         o.e2e_s AS e2e_o, rep.e2e_s AS e2e_r
     FROM rep
     JOIN requests AS o ON o.run_id = rep.source_file AND o.request_id = rep.request_id
-    WHERE o.status = 'ok' AND o.source_format <> 'replay'
+    WHERE o.status = 'ok'
 ),
 agg AS (
     SELECT

@@ -55,6 +55,8 @@ def test_strict_exits_1_when_something_was_quarantined(tmp_path, cli_env):
 
 def test_usage_errors_exit_2_with_a_message_not_a_traceback(tmp_path, cli_env):
     logs = write_jsonl(tmp_path / "a.jsonl", [record(0)])
+    other = write_jsonl(tmp_path / "b.jsonl", [record(1)])
+    assert run(["ingest", str(other), "--quiet"], cli_env).returncode == 0  # a warehouse exists
     for args, text in [
         (["ingest", str(logs), "--set", "gpux=1"], "not a metadata column"),
         (["ingest", str(logs), "--set", "gpu_count=two"], "gpu_count must be a positive integer"),
@@ -113,7 +115,47 @@ def test_formats_lists_every_reader_with_capabilities(cli_env):
 
 def test_missing_warehouse_is_a_data_error_for_every_reader_of_it(tmp_path, cli_env):
     env = {**cli_env, "PIPELINE_WAREHOUSE": str(tmp_path / "none")}
-    for args in (["fit"], ["report", "--out", str(tmp_path / "r")], ["attribute"]):
+    for args in (
+        ["fit"],
+        ["report", "--out", str(tmp_path / "r")],
+        ["attribute"],
+        ["validate"],
+        ["query", "latency_percentiles"],
+        ["query", "--sql", "SELECT 1"],
+    ):
         r = run(args, env)
         assert r.returncode == 3, (args, r.stderr)
         assert "no warehouse at" in r.stderr and "pipeline ingest" in r.stderr
+
+
+def test_adhoc_sql_reads_the_warehouse_and_nothing_else(tmp_path, cli_env):
+    logs = write_jsonl(tmp_path / "a.jsonl", [record(i) for i in range(3)])
+    assert run(["ingest", str(logs), "--quiet"], cli_env).returncode == 0
+    secret = tmp_path / "secret.csv"
+    secret.write_text("password\nhunter2\n", "utf-8")
+    attempts = [
+        f"SELECT * FROM read_csv('{secret}')",
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SELECT * FROM read_csv('https://example.com/x.csv')",
+        f"SELECT * FROM '{secret}'",
+        "SELECT * FROM read_parquet('/tmp/*.parquet')",
+        "INSTALL httpfs",
+        "LOAD httpfs",
+        "SET enable_external_access = true",
+        f"ATTACH '{tmp_path / 'x.db'}'",
+        f"COPY (SELECT 1) TO '{tmp_path / 'out.csv'}'",
+    ]
+    for sql in attempts:
+        r = run(["query", "--sql", sql, "--format", "csv"], cli_env)
+        assert r.returncode == 2, (sql, r.returncode, r.stdout, r.stderr)
+        assert "hunter2" not in r.stdout and "Traceback" not in r.stderr, sql
+    assert not (tmp_path / "out.csv").exists()
+    # The warehouse itself stays readable, and --param fills $placeholders in ad-hoc SQL too.
+    r = run(
+        ["query", "--sql", "SELECT count(*) AS n FROM requests WHERE output_tokens >= $m",
+         "--param", "m=1", "--format", "csv"], cli_env,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert list(csv.reader(io.StringIO(r.stdout))) == [["n"], ["3"]]
+    r = run(["query", "--sql", "SELECT 1 AS x", "--param", "m=1"], cli_env)
+    assert r.returncode == 2 and "not used by the SQL" in r.stderr

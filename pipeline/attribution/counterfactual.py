@@ -30,7 +30,7 @@ therefore also carries the unexplained remainder.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -135,23 +135,20 @@ class MixedCost:
         return self.decode.decode_lines(batch, sum_context)
 
 
+# Fields that name a model rather than shape it.
+_IDENTITY = {"key", "name", "hf_id", "family", "aliases", "source"}
+
+
 def _arch(m: catalog.Model) -> tuple[Any, ...]:
-    return (
-        m.params,
-        m.active_params,
-        m.layers,
-        m.hidden,
-        m.heads,
-        m.head_dim,
-        m.vocab,
-        m.intermediate,
-        m.n_experts,
-        m.experts_per_token,
-    )
+    """Everything that shapes the model's cost (sizes, experts, attention), not its names."""
+    return tuple(getattr(m, f.name) for f in fields(m) if f.name not in _IDENTITY)
 
 
 def hybrid_model(size: catalog.Model, attention: catalog.Model) -> catalog.Model:
     """``size``'s architecture with ``attention``'s query-per-KV-head ratio (GQA/MQA/MHA)."""
+    if size.is_mla or attention.is_mla:
+        # A latent cache has no query-per-KV-head ratio to carry; keep the size model's own.
+        return size
     if size.kv_heads * attention.heads == attention.kv_heads * size.heads:
         return size
     kv = max(1, round(size.heads * attention.kv_heads / attention.heads))
@@ -185,6 +182,7 @@ def changed(b: Slice, c: Slice) -> dict[str, bool]:
         != (catalog.gpu(c.key.gpu).key, c.key.gpu_count),
         "batching": _batching(b.key) != _batching(c.key),
         "attention": (mb.kv_heads * mc.heads != mc.kv_heads * mb.heads)
+        or mb.is_mla != mc.is_mla
         or ((b.key.attention or "flash") == "eager") != ((c.key.attention or "flash") == "eager"),
         "quantisation": (b.key.weight_dtype, b.key.kv_dtype)
         != (c.key.weight_dtype, c.key.kv_dtype),

@@ -59,19 +59,56 @@ class Model:
     intermediate: int
     max_context: int
     tied_embeddings: bool = False
-    n_experts: int = 1
+    n_experts: int = 1  # routed experts per MoE layer
     experts_per_token: int = 1
+    # Expert MLP width where it differs from the dense one (Qwen3-MoE, DeepSeek); 0 = intermediate.
+    moe_intermediate: int = 0
+    shared_experts: int = 0  # experts every token runs through besides the routed ones (DeepSeek)
+    dense_layers: int = 0  # leading layers with a dense MLP in an MoE model (first_k_dense_replace)
+    # Multi-head latent attention (DeepSeek-V2/V3): the cache holds one latent of kv_lora_rank plus
+    # a shared RoPE key of qk_rope_head_dim per layer, not kv_heads x head_dim keys and values.
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0  # value width per head where it differs from head_dim (MLA); 0 = head_dim
+    # Sliding-window attention (Gemma 2/3, gpt-oss): `sliding_layers` of `layers` attend to the
+    # last `sliding_window` tokens only. Recorded; the roofline still counts them as full
+    # attention (an upper bound on KV and attention cost beyond the window, docs/catalog.md).
+    sliding_window: int = 0
+    sliding_layers: int = 0
     aliases: tuple[str, ...] = ()
     source: str = field(default="", compare=False)
 
     @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def value_dim(self) -> int:
+        return self.v_head_dim or self.head_dim
+
+    @property
     def attn_dim(self) -> int:
-        """Query width n_heads * d_head: the ``d`` of the attention FLOP terms in metrics.md."""
+        """The ``d`` of the attention FLOP terms 4*L*d*pairs in metrics.md: n_heads * d_head, or
+        for MLA n_heads * (d_qk + d_v) / 2 (QK^T over the query/key width, PV over the value
+        width, in the non-absorbed form vLLM and SGLang run prefill in)."""
+        if self.is_mla:
+            return self.heads * (self.head_dim + self.value_dim) // 2
         return self.heads * self.head_dim
 
     @property
+    def kv_elements_per_layer(self) -> int:
+        """Cached elements per token per layer: 2 * n_kv * d_head (K and V), or for MLA the
+        latent plus the decoupled RoPE key, kv_lora_rank + qk_rope_head_dim."""
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.kv_heads * self.head_dim
+
+    @property
     def attention_kind(self) -> str:
-        """'MHA' (kv_heads = heads), 'MQA' (one KV head) or 'GQA' (in between)."""
+        """'MLA' (latent cache), 'MHA' (kv_heads = heads), 'MQA' (one KV head) or 'GQA'."""
+        if self.is_mla:
+            return "MLA"
         if self.kv_heads == self.heads:
             return "MHA"
         return "MQA" if self.kv_heads == 1 else "GQA"

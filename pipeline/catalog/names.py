@@ -15,6 +15,9 @@ _MODEL_VARIANT = {
 }  # fmt: skip
 
 
+_RELEASE = re.compile(r"^\d{4}$")
+
+
 class UnknownName(ValueError):
     """A GPU or model name that matches no catalog entry (message lists close matches)."""
 
@@ -37,7 +40,8 @@ def gpu_keys(name: str) -> list[str]:
 def model_keys(name: str) -> list[str]:
     """Normalised forms to try for a model name: full id, basename, basename without variants."""
     base = name.rsplit("/", 1)[-1]
-    stripped = [t for t in _tokens(base) if t not in _MODEL_VARIANT]
+    # Variant words and four-digit release tags (Mistral-Nemo-Instruct-2407, Qwen3-...-2507).
+    stripped = [t for t in _tokens(base) if t not in _MODEL_VARIANT and not _RELEASE.match(t)]
     return list(dict.fromkeys([normalise(name), normalise(base), normalise("-".join(stripped))]))
 
 
@@ -72,7 +76,14 @@ class NameIndex:
         close = difflib.get_close_matches(candidates[-1], list(self._index), n=5, cutoff=0.5)
         suggestions = list(dict.fromkeys(self._display[c] for c in close))
         hint = f" Close matches: {', '.join(suggestions)}." if suggestions else ""
+        how = (
+            ' or point an entry at its Hugging Face config.json (`config = "path/config.json"`,'
+            " or `--model-config FILE`)"
+            if self.kind == "model"
+            else " with name, memory_gib, bandwidth_tbs and bf16_tflops"
+        )
         raise UnknownName(
             f"unknown {self.kind} {original!r}.{hint} Add it to pipeline_catalog.toml "
-            f"(or the file named by PIPELINE_CATALOG) under [{self.kind}.<key>]."
+            f"(or the file named by PIPELINE_CATALOG) under [{self.kind}.<key>]{how}; "
+            "see docs/catalog.md."
         )

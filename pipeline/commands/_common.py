@@ -29,6 +29,33 @@ def profile_option(what: str):
     )
 
 
+def _use_model_configs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]):
+    """Register each [NAME=]FILE before the command runs (the catalog reads them)."""
+    from pipeline.catalog.hf_config import ConfigError
+    from pipeline.catalog.load import add_model_config
+
+    for value in values:
+        name, sep, file = value.rpartition("=")
+        try:
+            add_model_config(file if sep else value, name or None)
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    return values
+
+
+model_config_option = click.option(
+    "--model-config",
+    "model_configs",
+    multiple=True,
+    metavar="[NAME=]FILE",
+    callback=_use_model_configs,
+    expose_value=False,
+    is_eager=True,
+    help="A Hugging Face config.json (or its folder) as the model NAME in the logs [default "
+    "NAME: the file's _name_or_path or folder]. Repeatable. See docs/catalog.md.",
+)
+
+
 def engine_option(what: str):
     """--engine duckdb|spark, the same on every command that reads the warehouse."""
     from pipeline.engines import ENGINES
@@ -44,6 +71,17 @@ def engine_option(what: str):
 
 def layout_for(warehouse: str | None) -> Layout:
     return Layout(warehouse_path(warehouse))
+
+
+def existing_layout(warehouse: str | None) -> Layout:
+    """The warehouse a reading command works on; a missing one is a data error (exit 3), the
+    same message from every command."""
+    from pipeline.errors import DataError
+
+    layout = layout_for(warehouse)
+    if not layout.root.exists():
+        raise DataError(f"no warehouse at {layout.root}; run `pipeline ingest LOGS` first")
+    return layout
 
 
 def console(quiet: bool = False) -> Console:

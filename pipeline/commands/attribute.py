@@ -8,7 +8,12 @@ import sys
 import click
 import polars as pl
 
-from pipeline.commands._common import console, layout_for, warehouse_option
+from pipeline.commands._common import (
+    console,
+    existing_layout,
+    model_config_option,
+    warehouse_option,
+)
 from pipeline.errors import DataError, UserError
 
 SHOW = ["metric", "factor", "changed", "contribution", "share"]
@@ -37,6 +42,7 @@ def _summary(req: pl.DataFrame) -> pl.DataFrame:
 
 
 @click.command("attribute")
+@model_config_option
 @warehouse_option
 @click.option("--baseline", help="SQL condition on `requests` columns selecting the baseline.")
 @click.option("--candidate", help="SQL condition selecting the slice compared with it.")
@@ -92,9 +98,7 @@ def command(
 
     if (baseline is None) != (candidate is None):
         raise UserError("give both --baseline and --candidate, or neither")
-    layout = layout_for(warehouse)
-    if not layout.root.exists():
-        raise DataError(f"no warehouse at {layout.root}; run `pipeline ingest` first")
+    layout = existing_layout(warehouse)
     try:
         req, el, comp = attribution.run(
             layout,

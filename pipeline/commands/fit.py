@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import click
+from rich.markup import escape
 
 from pipeline.commands._common import (
     console,
     engine_option,
-    layout_for,
+    existing_layout,
+    model_config_option,
     profile_option,
     warehouse_option,
 )
@@ -16,6 +18,7 @@ from pipeline.errors import DataError, UserError
 
 
 @click.command("fit")
+@model_config_option
 @warehouse_option
 @click.option(
     "--max-requests",
@@ -64,21 +67,32 @@ def command(
             raise UserError(f"{warehouse}: a URI warehouse is read with --engine spark")
         where = warehouse
     else:
-        where = layout_for(warehouse)
-        if not where.root.exists():
-            raise DataError(f"no warehouse at {where.root}; run `pipeline ingest` first")
+        where = existing_layout(warehouse)
+    out = console(quiet)
+
+    def skipped(key, why: str) -> None:  # never silently: say which group and why
+        out.print(escape(f"fit: left out {key.model} on {key.gpu_count} x {key.gpu}: {why}"))
+
     try:
-        fits = fit_warehouse(where, limit=max_requests, claims=not no_claims, engine=engine)
+        fits = fit_warehouse(
+            where, limit=max_requests, claims=not no_claims, engine=engine, on_skip=skipped
+        )
     except EngineError as exc:
         raise DataError(str(exc)) from None
-    out = console(quiet)
     if profile_dir is not None:
         _profile(profile_dir, where, out)
+    calibrated = 0
     if calibrate and not isinstance(where, str):
-        _calibrate(where, out)
+        calibrated = _calibrate(where, out)
+    if not fits and not calibrated:
+        # Exit 3 like every command with nothing to work on; the empty tables are still
+        # written, so that queries reading them run.
+        raise DataError(
+            "fit: nothing fitted (every deployment was left out, see above); wrote an empty "
+            "cost_models table"
+        )
     if not fits:
-        out.print("fit: no group had enough data; wrote an empty cost_models table")
-        return
+        out.print("fit: no group had enough data for the step fit; wrote an empty cost_models")
     for fm in fits:
         k = fm.key
         parts = [f"{k.model} on {k.gpu_count} x {k.gpu}"]
@@ -91,7 +105,7 @@ def command(
         out.print(" | ".join(parts))
 
 
-def _calibrate(layout, out) -> None:
+def _calibrate(layout, out) -> int:
     """Calibration by replay for every deployment with arrival times (docs/calibration.md)."""
     from pipeline.catalog.names import UnknownName
     from pipeline.fit.calibrate import calibrate
@@ -101,19 +115,20 @@ def _calibrate(layout, out) -> None:
     deps = load_deployments(connect(layout))
     cals = []
     for run_id, why in deps.left_out:
-        out.print(f"calibration: left out {run_id}: {why}")
+        out.print(escape(f"calibration: left out {run_id}: {why}"))
     for dep, runs in deps.runs.items():
         try:
             cal = calibrate(runs, dep)
         except UnknownName as exc:
-            out.print(f"calibration: left out {dep.label()}: {exc}")
+            out.print(escape(f"calibration: left out {dep.label()}: {exc}"))
             continue
         except (ValueError, RuntimeError) as exc:  # a log the model cannot replay at all
-            out.print(f"calibration: failed for {dep.label()}: {exc}")
+            out.print(escape(f"calibration: failed for {dep.label()}: {exc}"))
             continue
         cals.append(cal)
         out.print(describe(cal))
     write_calibrations(layout, cals)
+    return len(cals)
 
 
 def describe(cal) -> str:

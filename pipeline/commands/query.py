@@ -9,10 +9,10 @@ import duckdb
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.commands._common import engine_option, layout_for, warehouse_option
+from pipeline.commands._common import engine_option, existing_layout, warehouse_option
 from pipeline.engines import open_engine
 from pipeline.errors import UserError
-from pipeline.query.named import QueryError, all_queries, load, queries_dir
+from pipeline.query.named import QueryError, all_queries, check_read_only, load, queries_dir
 from pipeline.query.output import render_table, write
 
 
@@ -80,12 +80,12 @@ def command(name, warehouse, params, sql, list_, fmt, out, queries_dir_opt=None,
                 raise UserError(f"--param {p}: expected KEY=VALUE")
             k, v = p.split("=", 1)
             given[k] = v
-        if sql and given:
-            raise UserError("--param applies to named queries only")
         q = None if sql else load(name, Path(qdir) if qdir else None)
-        root = warehouse if warehouse and "://" in warehouse else layout_for(warehouse)
+        if sql:
+            check_read_only(sql)  # a usage error before any data error
+        root = warehouse if warehouse and "://" in warehouse else existing_layout(warehouse)
         with open_engine(kw.get("engine") or "duckdb", root) as engine:
-            table = engine.adhoc(sql) if sql else engine.named_arrow(q, given)
+            table = engine.adhoc(sql, given) if sql else engine.named_arrow(q, given)
     except QueryError as exc:
         raise UserError(str(exc)) from None
     except duckdb.Error as exc:  # show the engine's message, not a traceback

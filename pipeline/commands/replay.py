@@ -8,7 +8,7 @@ import math
 import click
 
 from pipeline.catalog import UnknownName
-from pipeline.commands._common import console, layout_for, warehouse_option
+from pipeline.commands._common import console, layout_for, model_config_option, warehouse_option
 from pipeline.errors import DataError, UserError
 
 
@@ -37,6 +37,7 @@ SUMMARY = ["requests", "refused", "preemptions", "gpus", "ttft_p50", "ttft_p90",
 
 
 @click.command("replay")
+@model_config_option
 @click.option(
     "--workload",
     "source",
@@ -121,8 +122,9 @@ def command(
 
     Step times come from `pipeline fit` (cost_models) for the same deployment, or from the
     catalog roofline with the efficiencies fitted on the nearest observed hardware; the output
-    says which. The replayed requests are written to the warehouse (source_format 'replay',
-    run_id 'replay-<name>-<hash>') with a `steps` table; the same replay twice writes once.
+    says which. The replayed requests are written to the warehouse's replay tables
+    (replay_requests, replay_runs, replay_steps; run_id 'replay-<name>-<hash>'), never among the
+    observed requests; the same replay twice writes once.
 
     \b
     Examples:

@@ -8,7 +8,13 @@ from pathlib import Path
 import click
 import duckdb
 
-from pipeline.commands._common import console, engine_option, layout_for, warehouse_option
+from pipeline.commands._common import (
+    console,
+    engine_option,
+    existing_layout,
+    model_config_option,
+    warehouse_option,
+)
 from pipeline.engines import EngineError
 from pipeline.errors import DataError, UserError
 from pipeline.report import NothingToReport, Options, PeriodError, build_report
@@ -57,6 +63,7 @@ def options_from(slo_ttft: str, slo_tpot: str, regression: float) -> Options:
 
 
 @click.command("report")
+@model_config_option
 @warehouse_option
 @click.option(
     "--out",
@@ -87,11 +94,7 @@ def command(
       pipeline report --engine spark
     """
     options = options_from(slo_ttft, slo_tpot, regression)
-    layout = layout_for(warehouse)
-    if not layout.root.is_dir():
-        raise DataError(
-            f"no warehouse at {layout.root}; run `pipeline ingest LOGS --warehouse ...`"
-        )
+    layout = existing_layout(warehouse)
     try:
         result = build_report(layout, out, since, until, compare_with, options, engine=engine)
     except PeriodError as exc:

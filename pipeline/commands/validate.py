@@ -8,11 +8,18 @@ import math
 import click
 from rich.table import Table
 
-from pipeline.commands._common import console, layout_for, profile_option, warehouse_option
+from pipeline.commands._common import (
+    console,
+    existing_layout,
+    model_config_option,
+    profile_option,
+    warehouse_option,
+)
 from pipeline.errors import DataError, UserError
 
 
 @click.command("validate")
+@model_config_option
 @warehouse_option
 @click.option("--run", "runs", multiple=True, help="Validate only the deployments of these runs.")
 @click.option(
@@ -47,9 +54,7 @@ def command(
     from pipeline.fit.validate import validate_deployment
     from pipeline.warehouse.views import connect
 
-    layout = layout_for(warehouse)
-    if not layout.root.exists():
-        raise DataError(f"no warehouse at {layout.root}; run `pipeline ingest` first")
+    layout = existing_layout(warehouse)
     out = console(quiet)
     deps = load_deployments(connect(layout))
     selected = {

@@ -111,13 +111,19 @@ class Engine:
         """Run queries/NAME.sql with its parameters (defaults from the file's header)."""
         return normalize(self.named_arrow(query, params, queries_dir))
 
-    def adhoc(self, sql: str) -> pa.Table:
+    def adhoc(self, sql: str, params: Mapping[str, str] | None = None) -> pa.Table:
         """One read-only statement typed by a user (``pipeline query --sql``)."""
         from pipeline.engines.translate import is_read_only
 
         if not is_read_only(sql):
             raise QueryError("give exactly one read-only statement (SELECT / WITH ...)")
+        if params:
+            raise QueryError(f"--param with --sql needs --engine duckdb (not {self.name})")
+        self._restrict_adhoc()
         return self.arrow(sql)
+
+    def _restrict_adhoc(self) -> None:
+        """Engine-specific: keep user-written SQL to the warehouse's views."""
 
     def __enter__(self) -> Engine:
         return self

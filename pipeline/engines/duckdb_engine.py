@@ -10,7 +10,7 @@ import pyarrow as pa
 from pipeline.engines.base import Engine, EngineError
 from pipeline.query.named import QueryError, missing_table_hint, run_adhoc
 from pipeline.warehouse.layout import Layout
-from pipeline.warehouse.views import connect
+from pipeline.warehouse.views import connect, seal
 
 
 class DuckDBEngine(Engine):
@@ -27,6 +27,7 @@ class DuckDBEngine(Engine):
             raise ValueError("give a layout or a connection")
         super().__init__(layout, str(layout.root) if layout is not None else "<connection>")
         self._owned = con is None
+        self._sealed = False
         self.con = connect(layout, database) if con is None else con  # type: ignore[arg-type]
 
     def arrow(self, sql: str, params: Mapping[str, object] | None = None) -> pa.Table:
@@ -38,9 +39,19 @@ class DuckDBEngine(Engine):
         except duckdb.Error as exc:
             raise EngineError(f"query failed: {missing_table_hint(exc) or exc}") from None
 
-    def adhoc(self, sql: str) -> pa.Table:
+    def adhoc(self, sql: str, params: Mapping[str, str] | None = None) -> pa.Table:
+        if not self._sealed:  # user-written SQL reads the warehouse and nothing else
+            seal(self.con, self.layout.root if self.layout is not None else None)
+            self._sealed = True
         try:
-            return run_adhoc(self.con, sql)  # DuckDB's own parser decides what is read-only
+            # DuckDB's own parser decides what is read-only.
+            return run_adhoc(self.con, sql, dict(params or {}))
+        except duckdb.PermissionException as exc:
+            raise QueryError(
+                f"not allowed: {exc}. Ad-hoc SQL reads the warehouse's tables and views only "
+                "(`pipeline query --list`); it cannot open other files or URLs, load extensions "
+                "or change settings."
+            ) from None
         except duckdb.Error as exc:
             raise EngineError(f"query failed: {exc}") from None
 

@@ -36,7 +36,7 @@ from pipeline.engines.translate import TranslationError, to_spark
 from pipeline.schema.tables import PARTITIONED, TABLES, arrow_schema
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.views import _EXTRA as COMPUTED_COLUMNS
-from pipeline.warehouse.views import TOKENS_SQL_SPARK, derived_tables
+from pipeline.warehouse.views import TOKEN_VIEWS, TOKENS_SQL_SPARK, derived_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -163,6 +163,10 @@ class SparkEngine(Engine):
         self._views: list[str] = []
         self._register()
 
+    def _restrict_adhoc(self) -> None:
+        # No `SELECT * FROM csv.`/etc/passwd``: user SQL reads the registered views only.
+        self.spark.conf.set("spark.sql.runSQLOnFiles", "false")
+
     # -- views ---------------------------------------------------------------------------
     def _register(self) -> None:
         committed = self._committed_files() if self.files == "manifest" else {}
@@ -174,8 +178,10 @@ class SparkEngine(Engine):
             select = f"SELECT *, {extra} FROM {base}" if extra else f"SELECT * FROM {base}"
             self.spark.sql(to_spark(select)).createOrReplaceTempView(table)
             self._views.append(table)
-        self.spark.sql(TOKENS_SQL_SPARK).createOrReplaceTempView("tokens")
-        self._views.append("tokens")
+        for view, base in TOKEN_VIEWS.items():
+            sql = TOKENS_SQL_SPARK.replace("_requests_base", base)
+            self.spark.sql(sql).createOrReplaceTempView(view)
+            self._views.append(view)
         for name, paths in self._derived().items():
             self.spark.read.parquet(*paths).createOrReplaceTempView(name)
             self._views.append(name)

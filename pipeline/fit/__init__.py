@@ -33,6 +33,7 @@ def fit_warehouse(  # type: ignore[no-untyped-def]
     claims: bool = True,
     engine: str = "duckdb",
     engine_options: dict | None = None,
+    on_skip=None,
 ):
     """Fit every group in ``layout``'s warehouse and write ``cost_models`` (and ``claims``).
 
@@ -43,13 +44,18 @@ def fit_warehouse(  # type: ignore[no-untyped-def]
     ``engine_options``) runs the fit's SQL: group counts, then each group's selection (at most
     ``limit`` requests and their emissions), which is all that comes back to Python. ``layout``
     may be a Spark-readable URI with ``engine="spark"``; the tables are then written with Spark.
+    ``on_skip(key, reason)`` hears of every group left out (a model or GPU the catalog lacks,
+    too little data), so that a caller can say so.
     """
     from pipeline.engines import open_engine
     from pipeline.fit import claims as claims_mod
     from pipeline.fit import run, store
 
     with open_engine(engine, layout, **(engine_options or {})) as eng:
-        fits, _skipped = run.fit_all(eng, limit or run.MAX_REQUESTS)
+        fits, skipped = run.fit_all(eng, limit or run.MAX_REQUESTS)
+        for key, why in skipped:
+            if on_skip is not None:
+                on_skip(key, why)
         tables = {store.TABLE: store.to_frame(fits)}
         if claims:
             tables["claims"] = claims_mod.check_claims(eng)

@@ -40,8 +40,23 @@ def dtype_bytes(dtype: str) -> float:
 
 
 def kv_bytes_per_token(model: Model, kv_dtype: str = "bf16") -> float:
-    """2 * L * n_kv * d_head * b_kv: K and V for every layer. GQA/MQA enter through n_kv."""
-    return 2.0 * model.layers * model.kv_heads * model.head_dim * dtype_bytes(kv_dtype)
+    """2 * L * n_kv * d_head * b_kv: K and V for every layer. GQA/MQA enter through n_kv; MLA
+    caches L * (kv_lora_rank + qk_rope_head_dim) * b_kv (DeepSeek-V3: 576 elements per layer
+    where 128 heads of MHA would hold 2 * 128 * 128)."""
+    return float(model.layers * model.kv_elements_per_layer) * dtype_bytes(kv_dtype)
+
+
+def kv_replication(model: Model, tp: int) -> float:
+    """How many copies of each cached token a TP group holds (and reads) across its GPUs.
+
+    Tensor parallelism splits KV heads over the GPUs; with fewer KV heads than GPUs each head is
+    replicated tp / n_kv times, and an MLA latent (one per layer, not per head) on every GPU.
+    """
+    if tp <= 1:
+        return 1.0
+    if model.is_mla:
+        return float(tp)
+    return max(1.0, tp / model.kv_heads)
 
 
 def weight_bytes(model: Model, weight_dtype: str = "bf16") -> float:

@@ -31,6 +31,7 @@ from pipeline.physics.roofline import (
     compute_dtype_for,
     dtype_bytes,
     kv_bytes_per_token,
+    kv_replication,
 )
 
 
@@ -123,7 +124,7 @@ class StepCost:
             "shared_weight_bytes": (m.params - expert) * b_w,
             "expert_weight_bytes": expert * b_w,
             "expert_miss": 1.0 - m.experts_per_token / m.n_experts if expert else 1.0,
-            "kv_bytes": kv_bytes_per_token(m, self.kv_dtype),
+            "kv_bytes": kv_bytes_per_token(m, self.kv_dtype) * kv_replication(m, tp),
             "score_bytes": 0.0 if self.flash_attention else 2.0 * m.layers * m.heads * 2.0,
             "comm_fixed": comm_calls * self.allreduce_latency,
             "comm_per_token": comm_calls

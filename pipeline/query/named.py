@@ -115,7 +115,7 @@ WRITTEN_BY = {
     "attribution": "pipeline attribute",
     "attribution_requests": "pipeline attribute",
     "attribution_elasticities": "pipeline attribute",
-    "steps": "pipeline replay",
+    "replay_steps": "pipeline replay",
 }
 
 
@@ -139,15 +139,35 @@ def run_named(
         raise
 
 
-def run_adhoc(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
-    """Run one read-only statement (SELECT / WITH / DESCRIBE / SHOW ...)."""
+def check_read_only(sql: str, con: duckdb.DuckDBPyConnection | None = None) -> None:
+    """Refuse anything but one SELECT / EXPLAIN statement (DuckDB's parser decides)."""
+    parser = con or duckdb.connect()
     try:
-        statements = con.extract_statements(sql)
+        statements = parser.extract_statements(sql)
     except duckdb.Error as exc:
         raise QueryError(f"SQL does not parse: {exc}") from None
+    finally:
+        if con is None:
+            parser.close()
     if len(statements) != 1:
         raise QueryError("give exactly one SQL statement")
     kind = statements[0].type
     if kind not in (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN):
         raise QueryError(f"only read-only queries are allowed here, not {kind.name}")
-    return con.sql(sql).to_arrow_table()
+
+
+def run_adhoc(
+    con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, str] | None = None
+) -> pa.Table:
+    """Run one read-only statement (SELECT / WITH / DESCRIBE / SHOW ...); ``params`` fill its
+    ``$name`` placeholders (numbers and dates coerced as for named queries)."""
+    check_read_only(sql, con)
+    used = set(re.findall(r"\$(\w+)", sql))
+    given = params or {}
+    if used - set(given):
+        raise QueryError(f"the SQL needs --param {', '.join(sorted(used - set(given)))}=...")
+    if set(given) - used:
+        raise QueryError(f"--param {', '.join(sorted(set(given) - used))}: not used by the SQL")
+    bound = {k: coerce(v) for k, v in given.items()}
+    rel = con.sql(sql, params=bound) if bound else con.sql(sql)
+    return rel.to_arrow_table()

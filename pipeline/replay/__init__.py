@@ -3,7 +3,7 @@
     workload = load_workload(SOURCE, layout)          # run id, arrivals trace id, or file
     scenario = resolve(load_config(path), workload, fits)
     result = simulate(scenario, workload)             # pipeline.sim.cluster on the one engine
-    write(layout, result, run_id, key)                # requests (source_format 'replay') + steps
+    write(layout, result, run_id, key)                # replay_requests / replay_runs / replay_steps
 
 See docs/replay.md.
 """

@@ -1,12 +1,14 @@
-"""Write a replay into the warehouse like an ingest: same validation, staging and manifest.
+"""Write a replay into the warehouse beside (never among) the observed data.
 
-Replayed requests become ``requests`` rows with ``source_format = 'replay'``, ``run_id`` naming
-the scenario and ``source_file`` naming the replayed workload (the recorded run id, trace id or
-file). They pass through :func:`pipeline.ingest.validate.validate`, so they obey the same
-contract as ingested rows, and are committed by :class:`StagedWrite` with a manifest entry keyed
-by the sha256 of (workload, resolved scenario): replaying the same thing again finds the
-manifest and writes nothing. One ``runs`` row carries the scenario as JSON; the ``steps`` derived
-table (``<warehouse>/steps/part-<sha16>.parquet``) gets one row per engine step.
+Replayed requests become ``replay_requests`` rows (the ``requests`` contract, source_format
+'replay'), with ``run_id`` naming the scenario and ``source_file`` naming the replayed workload
+(the recorded run id, trace id or file). Observed views, named queries, fit, attribute and the
+report read ``requests`` and ``runs`` only, so a replay can never pass for a measurement. The rows
+pass through :func:`pipeline.ingest.validate.validate`, so they obey the same contract as
+ingested ones, and are committed by :class:`StagedWrite` with a manifest entry keyed by the
+sha256 of (workload, resolved scenario): replaying the same thing again finds the manifest and
+writes nothing. One ``replay_runs`` row carries the scenario as JSON; the ``replay_steps``
+derived table (``<warehouse>/replay_steps/part-<sha16>.parquet``) gets one row per engine step.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.writer import StagedWrite
 
 SOURCE_FORMAT = "replay"
-STEPS_TABLE = "steps"
+REQUESTS_TABLE = "replay_requests"
+RUNS_TABLE = "replay_runs"
+STEPS_TABLE = "replay_steps"
 
 
 def _meta(res: ReplayResult, run_id: str) -> dict[str, Any]:
@@ -116,15 +120,15 @@ def _write_locked(layout: Layout, res: ReplayResult, run_id: str, key: str) -> d
             v = validate(_frame(res, g, meta, lists), SOURCE_FORMAT, source)
             if v.rejected.height:  # a bug in the simulator, never the user's data
                 raise RuntimeError(f"replayed rows broke the contract: {v.rejected.row(0)}")
-            staged.add("requests", v.requests)
+            staged.add(REQUESTS_TABLE, v.requests)
             counts["requests"] += v.requests.height
             counts["tokens"] += v.emissions
         refused = np.flatnonzero(~res.ok)
         if len(refused):
             v = validate(_frame(res, refused, meta, None), SOURCE_FORMAT, source)
-            staged.add("requests", v.requests)
+            staged.add(REQUESTS_TABLE, v.requests)
             counts["refused"] += v.requests.height
-        staged.add("runs", _runs_row(res, run_id, source))
+        staged.add(RUNS_TABLE, _runs_row(res, run_id, source))
         steps = res.steps_frame(run_id)
         counts["steps"] = steps.height
         # Derived table first: a crash before the manifest leaves a part a re-run overwrites.

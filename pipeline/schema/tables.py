@@ -137,6 +137,10 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "runs": RUNS,
     "arrivals": ARRIVALS,
     "run_summaries": RUN_SUMMARIES,
+    # What `pipeline replay` simulated: the same contract as requests / runs, in tables of their
+    # own, so that no observed view, query, fit or report ever reads a simulated row.
+    "replay_requests": REQUESTS,
+    "replay_runs": RUNS,
 }
 # Derived tables written by `pipeline fit` (calibration) and `pipeline validate`: one Parquet
 # file each, replaced atomically (pipeline/warehouse/derived.py). Declared here so that their
@@ -188,9 +192,9 @@ DERIVED: dict[str, tuple[Column, ...]] = {"calibration": CALIBRATION, "validatio
 # Views computed from stored tables (same contract for every engine). `tokens` is one row per
 # emission, unnested from requests.token_times at query time: storing the lists instead of one
 # row per token keeps ingest close to the speed of a plain JSON -> Parquet copy.
-VIEWS: dict[str, tuple[Column, ...]] = {"tokens": TOKENS}
+VIEWS: dict[str, tuple[Column, ...]] = {"tokens": TOKENS, "replay_tokens": TOKENS}
 # Tables partitioned by arrival day; the others are small and unpartitioned.
-PARTITIONED = frozenset({"requests", "arrivals"})
+PARTITIONED = frozenset({"requests", "arrivals", "replay_requests"})
 
 
 def arrow_schema(table: str) -> pa.Schema:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.catalog import GPU, Model
-from pipeline.physics import kv_bytes_per_token, weight_bytes
+from pipeline.physics import kv_bytes_per_token, kv_replication, weight_bytes
 
 
 @dataclass(frozen=True)
@@ -81,4 +81,5 @@ def kv_capacity_tokens(
             f"{model.name} ({weight_dtype}) does not fit on {tp} x {gpu.name}: the weights alone "
             f"need about {need:.1f} GPUs; raise the GPU count (tensor parallelism)."
         )
-    return int(free // kv_bytes_per_token(model, kv_dtype))
+    # An MLA latent (or a KV head shared by several GPUs) is held once per GPU that needs it.
+    return int(free // (kv_bytes_per_token(model, kv_dtype) * kv_replication(model, tp)))

@@ -18,6 +18,7 @@ from pipeline.warehouse.layout import Layout
 # Views computed on top of a stored table: the column list is the table's plus these.
 _EXTRA = {
     "requests": "t_arrival - min(t_arrival) OVER (PARTITION BY run_id) AS arrival_s",
+    "replay_requests": "t_arrival - min(t_arrival) OVER (PARTITION BY run_id) AS arrival_s",
 }
 
 # The tokens view (columns: schema.tables.TOKENS + day), one row per emission. Chunk sizes: as
@@ -62,6 +63,10 @@ LATERAL VIEW posexplode(token_times) e AS pos, t
 """
 
 
+# One emission view per request table: observed tokens never include a replayed one.
+TOKEN_VIEWS = {"tokens": "_requests_base", "replay_tokens": "_replay_requests_base"}
+
+
 def _scan(files: list[Path], partitioned: bool) -> str:
     listed = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
     hive = ", hive_partitioning = true, hive_types = {'day': 'VARCHAR'}" if partitioned else ""
@@ -85,7 +90,8 @@ def connect(layout: Layout, database: str = ":memory:") -> duckdb.DuckDBPyConnec
         extra = _EXTRA.get(table)
         select = f"SELECT *, {extra} FROM {base}" if extra else f"SELECT * FROM {base}"
         con.execute(f"CREATE VIEW {table} AS {select}")
-    con.execute(f"CREATE VIEW tokens AS {TOKENS_SQL}")
+    for view, base in TOKEN_VIEWS.items():
+        con.execute(f"CREATE VIEW {view} AS {TOKENS_SQL.replace('_requests_base', base)}")
     for name, files in derived_tables(layout).items():
         con.execute(f"CREATE VIEW {name} AS SELECT * FROM {_scan(files, False)}")
     return con
@@ -102,3 +108,18 @@ def derived_tables(layout: Layout) -> dict[str, list[Path]]:
             if files and d.name.isidentifier():
                 out[d.name] = files
     return out
+
+
+def seal(con: duckdb.DuckDBPyConnection, root: Path | None) -> None:
+    """Make ``con`` read the warehouse and nothing else, for good (user-written SQL).
+
+    DuckDB may then open files under ``root`` only (the views' Parquet files): no other file, no
+    URL, no extension install or load, no ATTACH, and the settings are locked, so a statement
+    cannot undo this. The views already exist, so they keep working.
+    """
+    allowed = [str(root.resolve()) + "/"] if root is not None else []
+    con.execute("SET allowed_directories = $dirs", {"dirs": allowed})
+    con.execute("SET enable_external_access = false")
+    con.execute("SET autoinstall_known_extensions = false")
+    con.execute("SET autoload_known_extensions = false")
+    con.execute("SET lock_configuration = true")

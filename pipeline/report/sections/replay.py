@@ -1,7 +1,8 @@
-"""Replay what-ifs: the simulator's results for alternative configurations, when present.
+"""Replay what-ifs: replayed runs against the runs they replay, when `pipeline replay` wrote any.
 
-Reads the ``replay`` table (one row per scenario, whatever columns the simulator writes) and
-notes how many engine steps the ``steps`` table holds.
+Reads ``replay_compare`` (``replay_requests`` paired with the observed ``requests``) and counts
+the simulated engine steps in ``replay_steps``. Simulated rows live only in the replay tables, so
+nothing here can leak into the observed sections.
 """
 
 from __future__ import annotations
@@ -9,44 +10,51 @@ from __future__ import annotations
 import polars as pl
 
 from pipeline.report.context import Context
-from pipeline.report.html import Col, Section, esc, sci, table
+from pipeline.report.html import Col, Section, esc, ms, signed_pct, table
 
-MAX_COLUMNS = 14
+_SHOWN = (
+    ("replay_run_id", "replay", None),
+    ("source_run_id", "of run", None),
+    ("requests", "requests", None),
+    ("ttft_p50_observed", "TTFT p50 observed (ms)", ms),
+    ("ttft_p50_replayed", "replayed (ms)", ms),
+    ("ttft_p90_observed", "TTFT p90 observed (ms)", ms),
+    ("ttft_p90_replayed", "replayed (ms)", ms),
+    ("tpot_p50_observed", "TPOT p50 observed (ms)", ms),
+    ("tpot_p50_replayed", "replayed (ms)", ms),
+    ("ttft_p90_error", "TTFT p90 change", signed_pct),
+    ("tpot_p50_error", "TPOT p50 change", signed_pct),
+)
 
 
 def section_from_frame(frame: pl.DataFrame | None, steps: int | None = None) -> Section:
     s = Section("replay", "Replay what-ifs")
     if (frame is None or frame.is_empty()) and not steps:
-        s.absent = "No replay results: `pipeline replay` writes the replay and steps tables."
+        s.absent = (
+            "No replay results: `pipeline replay` writes replay_requests, replay_runs and "
+            "replay_steps."
+        )
         return s
     body = ""
     if frame is not None and not frame.is_empty():
-        cols = []
-        for name, dtype in list(frame.schema.items())[:MAX_COLUMNS]:
-            numeric = dtype.is_numeric()
-            cols.append(
-                Col(
-                    name,
-                    name,
-                    sci if numeric else (lambda v: "–" if v is None else str(v)),
-                    numeric,
-                )
-            )
+        cols = [
+            Col(name, label, fmt or (lambda v: "–" if v is None else str(v)), fmt is not None)
+            for name, label, fmt in _SHOWN
+            if name in frame.columns
+        ]
         body += table(frame, cols, max_rows=50)
-    if steps:
         body += (
-            f'<p class="note">{esc(f"{steps:,}")} simulated engine steps in the steps table.</p>'
+            '<p class="note">Simulated by `pipeline replay` and stored apart from the observed '
+            "data; the change is replayed / observed - 1 on the same requests.</p>"
         )
+    if steps:
+        body += f'<p class="note">{esc(f"{steps:,}")} simulated engine steps in replay_steps.</p>'
     s.body = body
     s.summary = {"scenarios": 0 if frame is None else frame.height, "steps": steps or 0}
     return s
 
 
 def build(ctx: Context) -> Section:
-    frame = None
-    if ctx.has("replay"):
-        frame = ctx.table("replay", limit=1000)
-    steps = None
-    if ctx.has("steps"):
-        steps = ctx.count("steps")
+    frame = ctx.query("replay_compare") if ctx.has("replay_requests") else None
+    steps = ctx.count("replay_steps") if ctx.has("replay_steps") else None
     return section_from_frame(frame, steps)
