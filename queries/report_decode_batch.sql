@@ -1,12 +1,15 @@
 -- description: TPOT (s/token) by decode batch size, estimated from the logs, by model x GPU x GPU count x dtypes
 -- param bin_s: 1.0 (time resolution of the batch estimate, seconds)
--- The batch a request saw is estimated as the number of requests decoding on the same server
--- (same run when clocks are relative) at the end of the bin_s-second bin in which it started
--- decoding, itself included: requests started minus requests finished up to that bin.
+-- The batch a request saw is estimated as the number of requests of the same run and deployment
+-- decoding on the same server at the end of the bin_s-second bin in which it started decoding,
+-- itself included: requests started minus requests finished up to that bin. Never across runs or
+-- deployments that share a server name (twelve sample runs all on `sim-0` are twelve batches).
 -- Buckets are half-octaves of that batch (1, 1.4, 2, 2.8, 4, ...). Context = prompt + output / 2.
 WITH ok AS (
     SELECT
-        CASE WHEN clock = 'unix' THEN '' ELSE run_id END AS clock_domain,
+        concat_ws('|', run_id, coalesce(model, '?'), coalesce(gpu, '?'),
+            coalesce(gpu_count, 1), coalesce(weight_dtype, 'bf16'), coalesce(kv_dtype, 'bf16'))
+            AS clock_domain,
         coalesce(server, '?') AS server,
         coalesce(model, '?') AS model,
         coalesce(gpu, '?') AS gpu,

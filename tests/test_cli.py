@@ -60,6 +60,9 @@ def test_usage_errors_exit_2_with_a_message_not_a_traceback(tmp_path, cli_env):
     for args, text in [
         (["ingest", str(logs), "--set", "gpux=1"], "not a metadata column"),
         (["ingest", str(logs), "--set", "gpu_count=two"], "gpu_count must be a positive integer"),
+        (["ingest", str(logs), "--set", "gpu=H100"], "ambiguous: H100-PCIe or H100-SXM?"),
+        (["ingest", str(logs), "--set", "gpu=RTX-9090"], "Close matches: RTX-4090"),
+        (["ingest", str(logs), "--set", "model=acme/x"], "unknown model 'acme/x'"),
         (["ingest", str(logs), "--format", "nope"], "unknown format"),
         (["query", "no_such_query"], "no query named"),
         (["query", "--sql", "DELETE FROM requests"], "only read-only queries"),

@@ -17,7 +17,7 @@ import pytest
 
 from pipeline.ingest.sources import read_head
 from pipeline.readers import registry
-from pipeline.readers.base import ReadContext, ReaderOutput
+from pipeline.readers.base import ReadContext, ReaderOutput, sibling_run_id
 from pipeline.readers.companions import companion_reason
 
 ROOT = Path(__file__).resolve().parents[2] / "shared" / "real_traces"
@@ -31,7 +31,6 @@ _LS = "serving_runs/llmservingsim_vllm019"
 # file, reader, requests, quarantined, arrivals, run_summaries rows, runs rows
 EXPECTED = [
     ("aiperf/profile_export.jsonl", "aiperf", 47, 0, 0, 0, 0),
-    ("aiperf/profile_export_aiperf.csv", "aiperf_aggregate", 0, 0, 0, 131, 1),
     ("aiperf/profile_export_aiperf.json", "aiperf_aggregate", 0, 0, 0, 152, 1),
     ("azure_llm_2023/AzureLLMInferenceTrace_code.head.csv", "azure_llm_trace", 0, 0, 4232, 0, 0),
     ("azure_llm_2023/AzureLLMInferenceTrace_conv.head.csv", "azure_llm_trace", 0, 0, 4119, 0, 0),
@@ -87,9 +86,10 @@ EXPECTED = [
     ("vllm_bench_serve/nv-action_serving_llama8B_tp1_qps_1.json", "vllm_bench", 0, 0, 0, 12, 1),
     ("vllm_bench_serve/nv-action_serving_llama8B_tp1_qps_inf.json", "vllm_bench", 0, 0, 0, 12, 1),
     ("guidellm_0.8/benchmarks.json", "guidellm", 160, 0, 0, 6412, 4),
-    ("aiperf_0.13/profile_export_aiperf.csv", "aiperf_aggregate", 0, 0, 0, 618, 1),
-    ("aiperf_0.13/phases/profiling/profile_export_aiperf.csv", "aiperf_aggregate", 0, 0, 0, 618, 1),
-    ("aiperf_0.13/phases/warmup/profile_export_aiperf.csv", "aiperf_aggregate", 0, 0, 0, 618, 1),
+    # AIPerf 0.13 (issue 12, point 10): 100 profiled requests; the 8 warmup records are excluded
+    # (EXCLUDED below), not quarantined.
+    ("aiperf_0.13/profile_export.jsonl", "aiperf", 100, 0, 0, 0, 0),
+    ("aiperf_0.13/profile_export_aiperf.json", "aiperf_aggregate", 0, 0, 0, 618, 1),
     # The calibration set: each run's .exp.txt (the .line1_CONVERTED.jsonl twin is skipped).
     *[
         (f"{_DS}/{run}.exp.txt", "distserve_exp", n, 0, 0, 7, 1)
@@ -114,24 +114,8 @@ EXPECTED = [
     ),
 ]
 
-# AIPerf 0.13's renamed fields are not read yet (issue 12, point 10): these are the counts the
-# client's own summary gives (100 profiled requests; the 8 warmup records are not requests),
-# expected to fail until the reader learns 0.13. strict: a fix makes them pass and must move
-# them into EXPECTED.
-KNOWN_WRONG = [
-    ("aiperf_0.13/profile_export.jsonl", "aiperf", 100, 0, 0, 0, 0),
-    ("aiperf_0.13/profile_export_aiperf.json", "aiperf_aggregate", 0, 0, 0, None, 1),
-    (
-        "aiperf_0.13/phases/profiling/profile_export_aiperf.json",
-        "aiperf_aggregate",
-        0,
-        0,
-        0,
-        None,
-        1,
-    ),
-    ("aiperf_0.13/phases/warmup/profile_export_aiperf.json", "aiperf_aggregate", 0, 0, 0, None, 1),
-]
+# Records the tool itself leaves out of its measurement: excluded with a count, not quarantined.
+EXCLUDED = {"aiperf_0.13/profile_export.jsonl": 8}
 
 # Files beside the logs that hold no requests of their own: ingest skips them with this reason
 # (pipeline/readers/companions.py), so a folder as the tool wrote it passes --strict.
@@ -166,6 +150,12 @@ SKIPPED = {
     "aiperf_0.13/phase_manifest.json": "AIPerf companion",
     "aiperf_0.13/logs/aiperf.log": "AIPerf companion",
     "aiperf_0.13/profile_export_console.txt": "AIPerf companion",
+    "aiperf_0.13/profile_export_aiperf.csv": "AIPerf CSV export",
+    "aiperf/profile_export_aiperf.csv": "AIPerf CSV export",
+    "aiperf_0.13/phases/profiling/profile_export_aiperf.json": "AIPerf per-phase export",
+    "aiperf_0.13/phases/profiling/profile_export_aiperf.csv": "AIPerf per-phase export",
+    "aiperf_0.13/phases/warmup/profile_export_aiperf.json": "AIPerf per-phase export",
+    "aiperf_0.13/phases/warmup/profile_export_aiperf.csv": "AIPerf per-phase export",
     "guidellm_0.8/benchmarks.csv": "GuideLLM CSV export",
 }
 # Documentation and hidden files: never inputs (ingest's discover/_NOT_LOGS leave them out).
@@ -196,7 +186,7 @@ def test_every_real_file_is_listed() -> None:
     files = {
         str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file() and p.name != "SOURCES.md"
     }
-    listed = [e[0] for e in EXPECTED + KNOWN_WRONG] + [*SKIPPED, *NOT_INPUTS]
+    listed = [e[0] for e in EXPECTED] + [*SKIPPED, *NOT_INPUTS]
     assert len(listed) == len(set(listed)), "a file is listed twice"
     assert files == set(listed)
 
@@ -209,16 +199,17 @@ def test_counts(rel: str, reader: str, req: int, quar: int, arr: int, summ: int,
     assert got == (req, quar, arr, summ, runs)
 
 
-@pytest.mark.xfail(strict=True, reason="AIPerf 0.13 field names not read yet (issue 12, point 10)")
-@pytest.mark.parametrize(("rel", "reader", "req", "quar", "arr", "summ", "runs"), KNOWN_WRONG)
-def test_counts_known_wrong(
-    rel: str, reader: str, req: int, quar: int, arr: int, summ: int | None, runs: int
-) -> None:
-    f = read(rel)
-    assert f["_reader"]["name"][0] == reader
-    got = tuple(f[t].height for t in TABLES)
-    assert got[:3] + got[4:] == (req, quar, arr, runs)
-    assert summ is None or got[3] == summ
+@pytest.mark.parametrize(("rel", "n"), sorted(EXCLUDED.items()))
+def test_excluded_records_are_counted_not_quarantined(rel: str, n: int) -> None:
+    path = ROOT / rel
+    reader = registry.detect(path, read_head(path))
+    assert reader is not None
+    got = sum(
+        b.excluded.height
+        for b in reader.read(ReadContext(path=path, default_run_id="x"))
+        if b.excluded is not None
+    )
+    assert got == n
 
 
 @pytest.mark.parametrize(("rel", "why"), sorted(SKIPPED.items()))
@@ -229,7 +220,7 @@ def test_companions_are_skipped_with_their_reason(rel: str, why: str) -> None:
 
 
 def test_no_log_is_taken_for_a_companion() -> None:
-    for rel, *_ in EXPECTED + KNOWN_WRONG:
+    for rel, *_ in EXPECTED:
         path = ROOT / rel
         assert companion_reason(path, read_head(path)) is None, rel
 
@@ -387,3 +378,38 @@ def test_parity_aiperf_documented_relation() -> None:
     tpot_ms = m["tpot"] * 1000
     assert tpot_ms.min() >= s["inter_token_latency.min [ms]"] - 1e-3
     assert tpot_ms.max() <= s["inter_token_latency.max [ms]"] + 1e-3
+
+
+def test_current_clients_figures() -> None:
+    """AIPerf 0.13 and GuideLLM 0.8.1 as their own summaries give them (CLIENT_RUNS.md)."""
+    g = read("guidellm_0.8/benchmarks.json")
+    runs = g["runs"].sort("run_id")
+    assert runs["model"].to_list() == ["mock-llm-8b"] * 4
+    assert runs["backend"].to_list() == ["openai_http"] * 4
+    assert runs["max_concurrency"].to_list() == [1, 512, 512, 512]
+    assert runs["request_rate"].to_list()[2:] == pytest.approx(
+        [14.091259292759476, 27.26055355905936]
+    )
+    per_run = g["requests"].group_by("run_id").len().sort("run_id")["len"].to_list()
+    assert per_run == [40, 40, 40, 40]
+    assert g["requests"]["model"].unique().to_list() == ["mock-llm-8b"]
+    a = read("aiperf_0.13/profile_export_aiperf.json")
+    assert a["runs"].select("model", "backend", "max_concurrency").row(0) == (
+        "mock-llm-8b",
+        "chat",
+        8,
+    )
+    s = dict(a["run_summaries"].select("metric", "value").iter_rows())
+    assert s["time_to_first_token.avg [ms]"] == pytest.approx(49.57858615)
+    r = read("aiperf_0.13/profile_export.jsonl")["requests"]
+    ttft_ms = ((r["first_token_ts"] - r["arrival_ts"]).mean()) * 1000
+    assert ttft_ms == pytest.approx(49.579, abs=5e-4)  # the same requests, recomputed
+    # The summary joins the per-request run: one run id for the folder.
+    assert a["runs"]["run_id"][0] == sibling_run_id(ROOT / "aiperf_0.13/profile_export.jsonl")
+
+
+def test_run_id_head_is_the_sniffing_head() -> None:
+    from pipeline.ingest.sources import HEAD_BYTES
+    from pipeline.readers.base import HEAD_BYTES as RUN_ID_HEAD
+
+    assert HEAD_BYTES == RUN_ID_HEAD  # sibling_run_id must hash what ingest hashes

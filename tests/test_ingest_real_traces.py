@@ -13,7 +13,8 @@ from pipeline.warehouse.views import connect
 # file -> (format, read, ingested, quarantined, arrivals, summaries)
 EXPECTED = {
     "aiperf/profile_export.jsonl": ("aiperf", 47, 47, 0, 0, 0),
-    "aiperf/profile_export_aiperf.csv": ("aiperf_aggregate", 0, 0, 0, 0, 131),
+    "aiperf_0.13/profile_export.jsonl": ("aiperf", 108, 100, 0, 0, 0),  # + 8 warmup excluded
+    "aiperf_0.13/profile_export_aiperf.json": ("aiperf_aggregate", 0, 0, 0, 0, 618),
     "aiperf/profile_export_aiperf.json": ("aiperf_aggregate", 0, 0, 0, 0, 152),
     "azure_llm_2023/AzureLLMInferenceTrace_code.head.csv": ("azure_llm_trace", 4232, 0, 0, 4232, 0),
     "azure_llm_2023/AzureLLMInferenceTrace_conv.head.csv": ("azure_llm_trace", 4119, 0, 0, 4119, 0),
@@ -59,6 +60,10 @@ EXPECTED = {
 }
 # Companions land as "skipped" with nothing written; each run is counted once.
 SKIPPED = (
+    "aiperf/profile_export_aiperf.csv",
+    "aiperf_0.13/profile_export_aiperf.csv",
+    "aiperf_0.13/phases/warmup/profile_export_aiperf.json",
+    "aiperf_0.13/inputs.json",
     "serving_runs/distserve_opt13b_a100/vllm-400-4.line1_CONVERTED.jsonl",
     "serving_runs/distserve_opt13b_a100/opt-13b-sharegpt-workload__vllm-400-4.json",
     "serving_runs/llmservingsim_vllm019/bench-RTX4090-Llama-3.1-8B/vllm_meta.json",
@@ -76,7 +81,9 @@ def test_every_real_file_lands_with_exact_counts(shared, tmp_path):
         c = r.counts
         got = (r.format, c["read"], c["ingested"], c["quarantined"], c["arrivals"], c["summaries"])
         assert got == (fmt, read, ingested, quarantined, arrivals, summaries), rel
-        assert c["read"] == c["ingested"] + c["quarantined"] + c["duplicates"] + c["arrivals"]
+        assert c["read"] == (
+            c["ingested"] + c["quarantined"] + c["duplicates"] + c["arrivals"] + c["excluded"]
+        )
     for rel in SKIPPED:
         r = results[rel]
         assert (r.status, sum(r.counts.values())) == ("skipped", 0), rel
@@ -87,8 +94,22 @@ def test_every_real_file_lands_with_exact_counts(shared, tmp_path):
     assert con.execute("SELECT count(*) FROM quarantine").fetchone()[0] == t["quarantined"]
     # AIPerf's cancelled requests are kept as such, not lost.
     assert con.execute(
-        "SELECT status, count(*) FROM requests WHERE source_format = 'aiperf' GROUP BY 1 ORDER BY 1"
+        "SELECT status, count(*) FROM requests WHERE source_format = 'aiperf' "
+        "AND source_file NOT LIKE '%aiperf_0.13%' GROUP BY 1 ORDER BY 1"
     ).fetchall() == [("cancelled", 11), ("ok", 36)]
+    # AIPerf 0.13 (issue 12, point 10): the client's own figures, one run for the folder.
+    a = results["aiperf_0.13/profile_export.jsonl"]
+    assert (a.counts["excluded"], a.excluded) == (8, {"AIPerf warmup request (not part of the "
+                                                      "profile)": 8})  # fmt: skip
+    (run_id, n, ttft_ms), = con.execute(
+        "SELECT run_id, count(*), avg(ttft_s) * 1000 FROM requests WHERE source_format = 'aiperf' "
+        "AND source_file LIKE '%aiperf_0.13%' GROUP BY 1"
+    ).fetchall()  # fmt: skip
+    assert n == 100 and round(ttft_ms, 3) == 49.579  # profile_export_aiperf.json: 49.57858615
+    assert con.execute(
+        "SELECT model, max_concurrency FROM runs WHERE run_id = ? AND source_format = "
+        "'aiperf_aggregate'", [run_id]
+    ).fetchall() == [("mock-llm-8b", 8)]  # fmt: skip
     # Arrival-only traces never enter latency statistics.
     assert con.execute(
         "SELECT count(*) FROM requests WHERE source_format IN ('azure_llm_trace', 'mooncake')"

@@ -16,7 +16,7 @@ from pipeline.catalog.entries import GPU, Model
 from pipeline.catalog.load import catalog
 from pipeline.catalog.names import UnknownName
 
-__all__ = ["GPU", "Model", "UnknownName", "gpu", "gpus", "model", "models"]
+__all__ = ["GPU", "Model", "UnknownName", "gpu", "gpus", "model", "models", "typed_gpu"]
 
 
 def gpu(name: str) -> GPU:
@@ -39,3 +39,29 @@ def gpus() -> list[GPU]:
 def models() -> list[Model]:
     """Every model in the merged catalog."""
     return list(catalog().models.values())
+
+
+def typed_gpu(name: str) -> GPU:
+    """The accelerator a user typed (``--set gpu=...``, a run manifest), refusing a bare family
+    name that fits several entries: 'H100' could be H100-SXM or H100-PCIe, whose bandwidth
+    differs by 67 %, so the user must say which. Names a log writes go through :func:`gpu`."""
+    from pipeline.catalog.names import normalise
+
+    cat = catalog()
+    key = cat.gpu_index.find(name)  # unknown -> UnknownName with close matches
+    typed = normalise(name)
+    exact = {normalise(g.key) for g in cat.gpus.values()} | {
+        normalise(g.name) for g in cat.gpus.values()
+    }
+    if typed not in exact:
+        fits = sorted(
+            g.name
+            for g in cat.gpus.values()
+            if any(normalise(n).startswith(typed) for n in (g.key, g.name, *g.aliases))
+        )
+        if len(fits) > 1:
+            raise UnknownName(
+                f"gpu {name!r} is ambiguous: {' or '.join(fits)}? Give the exact one "
+                f"(e.g. --set gpu={fits[0]})."
+            )
+    return cat.gpus[key]

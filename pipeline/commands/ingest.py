@@ -137,15 +137,21 @@ def _print_summary(out, results, t, root) -> None:
         f"files: {t['files']} ({t['already']} already ingested, {t['skipped']} skipped as "
         f"not logs) · read {t['read']:,} · "
         f"ingested {t['ingested']:,} · quarantined {t['quarantined']:,} · "
-        f"duplicates skipped {t['duplicates']:,} · arrivals {t['arrivals']:,} · "
+        f"duplicates skipped {t['duplicates']:,} · excluded {t['excluded']:,} · "
+        f"arrivals {t['arrivals']:,} · "
         f"token rows {t['tokens']:,}"
     )
     skipped: dict[str, int] = {}
+    excluded: dict[str, int] = {}
     for r in results:
         if r.status == "skipped":
             skipped[r.message] = skipped.get(r.message, 0) + 1
+        for why, n in r.excluded.items():
+            excluded[why] = excluded.get(why, 0) + n
     for why, n in sorted(skipped.items()):
         out.print(f"skipped {n} file(s), {why}")
+    for why, n in sorted(excluded.items()):
+        out.print(f"excluded {n:,} record(s): {why}")
     if t["quarantined"]:
         out.print(
             'see why: pipeline query --sql "SELECT source_file, line, reason FROM quarantine"'

@@ -48,7 +48,19 @@ def parse_value(column: str, value: object) -> object:
     except (ValueError, KeyError):
         kind = "a positive integer" if dtype == pl.Int64 else "true or false"
         raise MetadataError(f"--set {column}={text}: {column} must be {kind}") from None
+    if column in ("gpu", "model"):
+        _in_catalog(column, text)
     return text
+
+
+def _in_catalog(column: str, text: str) -> None:
+    """A GPU or model the user types must be one the catalog knows (and unambiguously)."""
+    from pipeline import catalog
+
+    try:
+        catalog.typed_gpu(text) if column == "gpu" else catalog.model(text)
+    except catalog.UnknownName as exc:
+        raise MetadataError(f"--set {column}={text}: {exc}") from None
 
 
 def parse_sets(pairs: list[str]) -> dict[str, object]:

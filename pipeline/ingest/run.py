@@ -1,6 +1,7 @@
 """Ingest files into the warehouse: detect, read, validate, deduplicate, commit atomically.
 
-Counts always add up, per file: ``read = ingested + quarantined + duplicates + arrivals``. A file
+Counts always add up, per file: ``read = ingested + quarantined + duplicates + arrivals +
+excluded`` (excluded: records the tool marks as outside its measurement, e.g. warmup). A file
 that cannot be read at all (binary, unknown format, a reader failure) counts as one quarantined
 record with line 0; a truncated compressed file keeps the records before the damage and adds one
 quarantined record for the lost tail.
@@ -15,7 +16,6 @@ import hashlib
 import itertools
 import json
 import os
-import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +29,7 @@ from pipeline.ingest import metadata
 from pipeline.ingest.sources import discover, is_binary, read_head, sha256_file
 from pipeline.ingest.validate import validate
 from pipeline.readers.base import InputError, ReadContext, Reader, ReaderOutput
+from pipeline.readers.base import file_run_id as default_run_id
 from pipeline.readers.companions import companion_reason
 from pipeline.readers.registry import by_name, detect
 from pipeline.warehouse.layout import Layout
@@ -41,7 +42,9 @@ class _AlreadyIngested(Exception):
     """The file's content hash turned out to be committed already."""
 
 
-COUNT_KEYS = ("read", "ingested", "quarantined", "duplicates", "arrivals", "tokens", "summaries")
+COUNT_KEYS = (
+    "read", "ingested", "quarantined", "duplicates", "arrivals", "excluded", "tokens", "summaries",
+)  # fmt: skip
 _HASH_SEED = 0x5EED
 
 
@@ -53,6 +56,7 @@ class FileResult:
     sha256: str | None = None
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNT_KEYS, 0))
     message: str = ""
+    excluded: dict[str, int] = field(default_factory=dict)  # reason -> records (warmup ...)
 
 
 @dataclass
@@ -62,16 +66,6 @@ class IngestOptions:
     max_line_bytes: int = 32 * 1024 * 1024
     mapping: Path | None = None
     manifest: Path | None = None  # a run manifest for every file (else the one beside each)
-
-
-def default_run_id(path: Path, head: bytes, size: int) -> str:
-    """<file name>-<8 hex>: the hex digits hash the file's first 64 KiB and its size, so the id
-    is known before the whole file has been hashed and is the same wherever the file is."""
-    sha = hashlib.sha256(head + str(size).encode()).hexdigest()
-    stem = path.name
-    for suffix in (".gz", ".zst", ".zstd", ".jsonl", ".json", ".ndjson", ".csv", ".log", ".txt"):
-        stem = stem.removesuffix(suffix)
-    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', stem)}-{sha[:8]}"
 
 
 def _key_hash(df: pl.DataFrame) -> np.ndarray:
@@ -247,6 +241,7 @@ class Ingestor:
         counts = result.counts
         fmt = self.options.fmt or "unknown"
         self._counts = dict.fromkeys(COUNT_KEYS, 0)
+        self._excluded: dict[str, int] = {}
         self._dedup: _Dedup | None = None
         try:
             try:
@@ -287,6 +282,7 @@ class Ingestor:
                 for orphan in self.layout.data_files_of(sha[:16]):
                     orphan.unlink(missing_ok=True)  # left by a killed run of this same file
                 counts.update({k: counts.get(k, 0) + v for k, v in self._counts.items()})
+                result.excluded = dict(self._excluded)
                 if result.status != "empty":
                     result.status = "ingested"
                 result.format = fmt
@@ -421,6 +417,12 @@ class Ingestor:
             c["tokens"] += v.emissions
             c["quarantined"] += v.rejected.height
             self.on_batch(req.height)
+        if out.excluded is not None and out.excluded.height:
+            c["read"] += out.excluded.height
+            c["excluded"] += out.excluded.height
+            last_line = max(last_line, int(out.excluded["line"].max() or 0))
+            for why, n in out.excluded.group_by("reason").len().iter_rows():
+                self._excluded[why] = self._excluded.get(why, 0) + n
         if out.arrivals is not None and out.arrivals.height:
             staged.add("arrivals", _arrivals(out.arrivals, source, fmt))
             c["read"] += out.arrivals.height

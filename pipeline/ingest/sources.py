@@ -13,7 +13,7 @@ import zstandard
 
 from pipeline.readers.base import InputError
 
-HEAD_BYTES = 64 * 1024
+HEAD_BYTES = 64 * 1024  # = pipeline.readers.base.HEAD_BYTES (tests/test_conformance_real_traces)
 BLOCK_BYTES = 8 * 1024 * 1024
 INPUT_SUFFIXES = (".jsonl", ".json", ".ndjson", ".csv", ".log", ".txt", ".toml", ".parquet")
 

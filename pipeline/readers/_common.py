@@ -451,6 +451,25 @@ def float_list_series(values: Sequence[Any], name: str) -> pl.Series:
         return pl.Series(name, out, dtype=pl.List(pl.Float64))
 
 
+def _dumps(obj: Any) -> str:
+    """JSON text of one element; a number too large for a float (1e309 -> inf) stays text, so
+    the reader's checks quarantine it ("not a number") instead of the parser failing."""
+    try:
+        return json.dumps(obj, default=str, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(obj), default=str)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return f"non-finite number {obj!r}"  # text on purpose: not castable to a float
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def records_frame(records: list[Any], name: str = "records") -> pl.DataFrame:
     """A JSON array of objects as a frame of text columns, one row per element.
 
@@ -459,8 +478,7 @@ def records_frame(records: list[Any], name: str = "records") -> pl.DataFrame:
     quarantine them).
     """
     payload = "\n".join(
-        json.dumps(r if isinstance(r, dict) else {"_not_an_object": r}, default=str)
-        for r in records
+        _dumps(r if isinstance(r, dict) else {"_not_an_object": r}) for r in records
     )
     keys: dict[str, None] = {}
     for r in records[:1000]:

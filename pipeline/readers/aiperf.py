@@ -1,10 +1,13 @@
 """NVIDIA AIPerf ``profile_export.jsonl``: one JSON object per request.
 
-``metadata.timestamp_ns`` is the request start (epoch ns); ``metrics.<name>`` are
-``{"value", "unit"}`` pairs: ``ttft`` and ``request_latency`` (ms), ``inter_chunk_latency`` (list
-of ms gaps between streamed chunks), ``input_sequence_length`` / ``output_sequence_length``
-(tokens, output incl. reasoning). Failed rows carry ``error {code, type, message}``; code 499
-(``RequestCancellationError``) is a cancellation.
+``metadata.timestamp_ns`` (0.13: ``metadata.request_start_ns``) is the request start (epoch ns);
+``metrics.<name>`` are ``{"value", "unit"}`` pairs: ``ttft`` (0.13: ``time_to_first_token``) and
+``request_latency`` (ms), ``inter_chunk_latency`` (list of ms gaps between streamed chunks),
+``input_sequence_length`` / ``output_sequence_length`` (tokens, output incl. reasoning; a failed
+request's prompt length is ``error_isl`` in 0.13). Failed rows carry ``error {code, type,
+message}``; code 499 (``RequestCancellationError``) is a cancellation. Warmup records
+(``credit_phase``, 0.13: ``benchmark_phase`` / ``phase_kind`` = warmup) are excluded, not
+quarantined: AIPerf itself leaves them out of its figures.
 """
 
 from __future__ import annotations
@@ -24,6 +27,11 @@ def _metric(name: str) -> pl.Expr:
     return c.jpath("metrics", f"$.{name}.value")
 
 
+def _first_metric(names: tuple[str, ...], default_unit: str) -> pl.Expr:
+    """The first of ``names`` present, in seconds (AIPerf renamed metrics between releases)."""
+    return pl.coalesce([c.num(_metric(n)) * _unit_scale(n, default_unit) for n in names])
+
+
 def _unit_scale(name: str, default: str) -> pl.Expr:
     """Seconds per unit of ``metrics.<name>.unit`` (the unit AIPerf wrote; default if absent)."""
     unit = c.jpath("metrics", f"$.{name}.unit").fill_null(default)
@@ -39,7 +47,8 @@ class AiperfReader:
         "NVIDIA AIPerf profile_export.jsonl: one request per line with absolute start (epoch ns), "
         "TTFT, latency and per-chunk inter_chunk_latency -> token_times (unix clock). Cancelled "
         "(499) and failed requests keep their row with status cancelled/error; warmup rows are "
-        "quarantined. Model only in the aggregate profile_export_aiperf.json; no GPU: use --set."
+        "excluded (counted, not quarantined). AIPerf <= 0.12 and 0.13 field names. Model only "
+        "in the aggregate profile_export_aiperf.json; no GPU: use --set."
     )
     capabilities = Capabilities(
         per_request=True,
@@ -55,7 +64,10 @@ class AiperfReader:
             line.startswith("{")
             and '"metadata"' in line
             and '"metrics"' in line
-            and ('"x_request_id"' in line or '"timestamp_ns"' in line or '"credit_phase"' in line)
+            and any(
+                f'"{k}"' in line
+                for k in ("x_request_id", "timestamp_ns", "credit_phase", "request_start_ns")
+            )
         )
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
@@ -68,24 +80,29 @@ class AiperfReader:
         has_err = (err_text != "null") & (err_text.str.strip_chars() != "")
         err_code = c.num(c.jpath("error", "$.code"))
         err_type = c.jpath("error", "$.type")
-        ms = _unit_scale("ttft", "ms")
         lat_scale = _unit_scale("request_latency", "ms")
         icl_scale = _unit_scale("inter_chunk_latency", "ms")
         x = df.with_columns(
             c.jpath("metadata", "$.x_request_id").alias("rid"),
-            c.jpath("metadata", "$.credit_phase").alias("phase"),
             pl.coalesce(
-                c.jpath("metadata", "$.timestamp_ns")
-                .str.strip_chars()
-                .cast(pl.Int64, strict=False),
+                c.jpath("metadata", f"$.{k}")
+                for k in ("credit_phase", "benchmark_phase", "phase_kind")
+            ).alias("phase"),
+            pl.coalesce(
+                *(
+                    c.jpath("metadata", f"$.{k}").str.strip_chars().cast(pl.Int64, strict=False)
+                    for k in ("timestamp_ns", "request_start_ns")
+                ),
                 c.num(_metric("min_request_timestamp")).cast(pl.Int64, strict=False),
             ).alias("t0_ns"),
-            (c.num(_metric("ttft")) * ms).alias("ttft"),
+            _first_metric(("ttft", "time_to_first_token"), "ms").alias("ttft"),
             (c.num(_metric("request_latency")) * lat_scale).alias("lat"),
             c.num_list(_metric("inter_chunk_latency")).alias("icl_raw"),
             icl_scale.alias("icl_scale"),
             _metric("inter_chunk_latency").alias("icl_text"),
-            c.num(_metric("input_sequence_length")).alias("isl"),
+            pl.coalesce(c.num(_metric("input_sequence_length")), c.num(_metric("error_isl"))).alias(
+                "isl"
+            ),
             c.num(_metric("output_sequence_length")).alias("osl"),
             has_err.alias("is_err"),
             pl.when(has_err & ((err_code == 499) | err_type.str.contains("(?i)cancel")))
@@ -109,17 +126,25 @@ class AiperfReader:
 
         bad_int = c.bad_count
 
+        warmup = pl.col("phase").fill_null("") == "warmup"
+        excluded = x.filter(warmup).select(
+            pl.col("_line").alias("line"),
+            pl.lit("AIPerf warmup request (not part of the profile)").alias("reason"),
+        )
+        x = x.filter(~warmup)
         ok = ~pl.col("is_err")
         checks = [
             (pl.col("metadata").is_null() & pl.col("metrics").is_null(), "no metadata/metrics"),
-            (pl.col("phase") == "warmup", "warmup request (credit_phase=warmup), not profiled"),
             (
                 pl.col("t0_ns").is_null() | (pl.col("t0_ns") <= 0),
-                "metadata.timestamp_ns missing or not a number",
+                "metadata.timestamp_ns / request_start_ns missing or not a number",
             ),
             (ok & bad_int(pl.col("isl")), "input_sequence_length missing or not a whole number"),
             (ok & bad_int(pl.col("osl")), "output_sequence_length missing or not a whole number"),
-            (ok & pl.col("ttft").is_null(), "ttft missing, not a number, or unknown unit"),
+            (
+                ok & pl.col("ttft").is_null(),
+                "ttft / time_to_first_token missing, not a number, or unknown unit",
+            ),
             (
                 ok & pl.col("lat").is_null(),
                 "request_latency missing, not a number, or unknown unit",
@@ -159,7 +184,9 @@ class AiperfReader:
         )
         quarantine = pl.concat([q0, q]) if q0.height else q
         return ReaderOutput(
-            requests=c.requests_frame(out), quarantine=quarantine if quarantine.height else None
+            requests=c.requests_frame(out),
+            quarantine=quarantine if quarantine.height else None,
+            excluded=excluded if excluded.height else None,
         )
 
 

@@ -61,6 +61,10 @@ class ReaderOutput:
     runs: pl.DataFrame | None = None
     arrivals: pl.DataFrame | None = None
     run_summaries: pl.DataFrame | None = None
+    # Records the tool itself marks as outside the measurement (AIPerf's warmup requests): not
+    # requests and not bad data. One row per record, columns line (int) and reason (str); ingest
+    # counts them as `excluded`: read = ingested + quarantined + duplicates + arrivals + excluded.
+    excluded: pl.DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -114,3 +118,31 @@ def conform_requests(df: pl.DataFrame) -> pl.DataFrame:
         for n, t in target.items()
     ]
     return df.select(exprs)
+
+
+# Bytes of a file's start that name its run (and that ingest sniffs formats from).
+HEAD_BYTES = 64 * 1024
+
+
+def file_run_id(path: Path, head: bytes, size: int) -> str:
+    """<file name>-<8 hex>: the hex digits hash the file's first 64 KiB (decompressed) and its
+    size, so the id is known before the whole file has been hashed and is the same wherever the
+    file is. A companion summary names its per-request file's run with :func:`sibling_run_id`."""
+    import hashlib
+    import re
+
+    sha = hashlib.sha256(head + str(size).encode()).hexdigest()
+    stem = path.name
+    for suffix in (".gz", ".zst", ".zstd", ".jsonl", ".json", ".ndjson", ".csv", ".log", ".txt"):
+        stem = stem.removesuffix(suffix)
+    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', stem)}-{sha[:8]}"
+
+
+def sibling_run_id(path: Path) -> str | None:
+    """The run id ingest gives an uncompressed per-request file ``path`` (None if absent), so
+    that a tool's summary written beside it joins the same run instead of making a second one."""
+    if not path.is_file() or path.suffix in (".gz", ".zst", ".zstd"):
+        return None
+    with open(path, "rb") as f:
+        head = f.read(HEAD_BYTES)
+    return file_run_id(path, head, path.stat().st_size)

@@ -75,6 +75,21 @@ def _aiperf_companion(path: Path, head: bytes) -> bool:
     return n == "aiperf.log" or (n.endswith(".log") and b"aiperf" in head.lower())
 
 
+def _aiperf_phase_export(path: Path, head: bytes) -> bool:
+    # AIPerf 0.13 writes phases/<phase>/profile_export_aiperf.{json,csv} beside the top-level
+    # export: the profiling phase repeats the top-level figures, the warmup phase describes the
+    # warmup requests AIPerf (and ingest) leave out. Read once, at the top, as one run.
+    return (
+        path.name.startswith("profile_export_aiperf.")
+        and path.parent.parent.name == "phases"
+        and (path.parent.parent.parent / f"profile_export_aiperf{path.suffix}").is_file()
+    )
+
+
+def _aiperf_csv_beside_json(path: Path, head: bytes) -> bool:
+    return path.name == "profile_export_aiperf.csv" and path.with_suffix(".json").is_file()
+
+
 def _guidellm_csv(path: Path, head: bytes) -> bool:
     return path.name == "benchmarks.csv" and b"Benchmark" in head[:2000]
 
@@ -92,6 +107,11 @@ RULES: tuple[_Rule, ...] = (
     ("vLLM 1-second metrics time series (no requests)", _timeseries),
     ("layer-wise profile: use `pipeline fit --profile DIR`", _layer_profile),
     ("AIPerf companion file (inputs, manifest, console or log)", _aiperf_companion),
+    (
+        "AIPerf per-phase export (the run's figures are read from the top-level export)",
+        _aiperf_phase_export,
+    ),
+    ("AIPerf CSV export (the same figures as the JSON beside it)", _aiperf_csv_beside_json),
     ("GuideLLM CSV export (the same benchmarks as its JSON)", _guidellm_csv),
 )
 

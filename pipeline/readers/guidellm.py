@@ -102,8 +102,11 @@ class GuidellmReader:
             )
             count += len(items)
             frames.append(df)
-        model = _get(bench, "worker", "backend_model") or _get(
-            doc, "config", "backend_kwargs", "model"
+        model = (
+            _get(bench, "worker", "backend_model")
+            or _get(bench, "config", "backend", "model")  # 0.8: benchmarks[].config.backend
+            or _get(doc, "config", "spec", "backend", "model")
+            or _get(doc, "config", "backend_kwargs", "model")
         )
         requests = quarantine = None
         if frames:
@@ -135,9 +138,14 @@ class GuidellmReader:
         run = {
             "run_id": run_id,
             "model": model,
-            "backend": _get(bench, "worker", "backend_type") or _get(bench, "worker", "type_"),
+            "backend": _get(bench, "worker", "backend_type")
+            or _get(bench, "worker", "type_")
+            or _get(bench, "config", "backend", "kind"),
             "request_rate": strategy.get("rate") if isinstance(strategy, dict) else None,
-            "max_concurrency": strategy.get("streams") if isinstance(strategy, dict) else None,
+            # streams (<= 0.7); 0.8 writes max_concurrency in config.strategy.
+            "max_concurrency": (strategy.get("streams") or strategy.get("max_concurrency"))
+            if isinstance(strategy, dict)
+            else None,
             "started_at": datetime.fromtimestamp(started, UTC) if started else None,
             "metadata": meta,
         }
