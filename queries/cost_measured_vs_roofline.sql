@@ -2,14 +2,17 @@
 -- param max_context: 1000000 (ignore requests with longer prompts)
 -- Prefill rows: requests with a measured prefill_s (queue known), bucketed by prompt length (powers
 -- of two). Decode rows: TPOT bucketed by the decode batch, estimated as the requests decoding on
--- the same server when the request's decode started (clock domain = server, or run when relative).
+-- the same server in the same run and deployment when the request's decode started (never across
+-- runs that share a server name; none for a run without arrival times).
 WITH cm AS (
     SELECT * FROM cost_models
 ),
 req AS (
     SELECT
         r.*,
-        CASE WHEN r.clock = 'unix' THEN '' ELSE r.run_id END AS clock_domain,
+        concat_ws('|', r.run_id, coalesce(r.model, '?'), coalesce(r.gpu, '?'),
+            coalesce(r.gpu_count, 1), coalesce(r.weight_dtype, 'bf16'),
+            coalesce(r.kv_dtype, 'bf16')) AS clock_domain,
         coalesce(r.server, '?') AS srv,
         coalesce(r.gpu_count, 1) AS gc,
         coalesce(r.weight_dtype, 'bf16') AS wd,
@@ -57,10 +60,10 @@ pre AS (
 ),
 ev AS (
     SELECT clock_domain, srv, run_id, request_id, t_arrival + ttft_s AS t, 1 AS delta
-    FROM req WHERE tpot_s IS NOT NULL AND e2e_s IS NOT NULL
+    FROM req WHERE tpot_s IS NOT NULL AND e2e_s IS NOT NULL AND t_arrival IS NOT NULL
     UNION ALL
     SELECT clock_domain, srv, run_id, request_id, t_arrival + e2e_s AS t, -1 AS delta
-    FROM req WHERE tpot_s IS NOT NULL AND e2e_s IS NOT NULL
+    FROM req WHERE tpot_s IS NOT NULL AND e2e_s IS NOT NULL AND t_arrival IS NOT NULL
 ),
 run AS (
     SELECT

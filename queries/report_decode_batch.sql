@@ -21,7 +21,9 @@ WITH ok AS (
         tpot_s,
         prompt_tokens + output_tokens / 2.0 AS context_tokens
     FROM requests
+    -- No batch without a common clock (clock 'request': t_arrival is null).
     WHERE status = 'ok' AND tpot_s IS NOT NULL AND ttft_s IS NOT NULL AND e2e_s IS NOT NULL
+        AND t_arrival IS NOT NULL
 ),
 changes AS (
     SELECT clock_domain, server, bin_first AS bin, count(*) AS delta

@@ -1,6 +1,7 @@
 -- description: requests and output tokens per second in fixed windows of each run (by finish time)
 -- param window_s: 60 (window length in seconds)
 -- A request counts in the window where it finished: throughput = its output tokens / window_s.
+-- Runs without arrival times (clock 'request': arrival_s is null) have no windows.
 SELECT
     run_id,
     window_index,
@@ -15,7 +16,7 @@ FROM (
         output_tokens,
         CAST(floor((arrival_s + e2e_s) / $window_s) AS BIGINT) AS window_index
     FROM requests
-    WHERE status = 'ok' AND e2e_s IS NOT NULL
+    WHERE status = 'ok' AND e2e_s IS NOT NULL AND arrival_s IS NOT NULL
 ) AS w
 GROUP BY run_id, window_index
 ORDER BY run_id, window_index

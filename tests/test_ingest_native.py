@@ -210,3 +210,31 @@ def test_relative_clock_has_no_absolute_arrival(tmp_path):
         "unknown",
         1.0,
     )
+
+
+def test_blank_files_are_empty_every_time_and_a_bom_loses_nothing(tmp_path):
+    layout = Layout(tmp_path / "wh")
+    (tmp_path / "a.jsonl").write_bytes(b"")
+    (tmp_path / "b.jsonl").write_bytes(b"")  # same (empty) content as a.jsonl
+    (tmp_path / "blank.jsonl").write_bytes(b"\n  \n\r\n\t\n")
+    results = ingest_paths(
+        [tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "blank.jsonl"], layout
+    )
+    assert [r.status for r in results] == ["empty", "empty", "empty"]
+    # A UTF-8 byte-order mark (Windows editors) does not cost the first record.
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(
+        b"\xef\xbb\xbf" + b"".join(json.dumps(record(i)).encode() + b"\n" for i in range(3))
+    )
+    (r,) = ingest_paths([bom], layout)
+    assert (r.status, r.format, r.counts["ingested"], r.counts["quarantined"]) == (
+        "ingested", "native", 3, 0,
+    )  # fmt: skip
+
+
+def test_a_file_with_every_record_refused_says_so(tmp_path):
+    path = write_jsonl(tmp_path / "bad.jsonl", [record(i, output_tokens=-1) for i in range(3)])
+    (r,) = ingest_paths([path], Layout(tmp_path / "wh"))
+    assert (r.status, r.counts["read"], r.counts["quarantined"]) == ("quarantined", 3, 3)
+    again = ingest_paths([path], Layout(tmp_path / "wh"))  # remembered: not read twice
+    assert [x.status for x in again] == ["already"]

@@ -110,14 +110,24 @@ def test_report_errors(tmp_path):
         {**timed(2, 0.1, 0.01, 2, status="error"), "error": "boom"},
         timed(3, 0.1, 0.01, 2, status="error"),  # no message
         timed(4, 0.1, 0.01, 2, status="cancelled", model=None),  # model '?'
+        # Messages differing only in numbers are one reason (one row, not one per number).
+        {**timed(5, 0.1, 0.01, 2, status="error"), "error": "Output too few tokens 17"},
+        {**timed(6, 0.1, 0.01, 2, status="error"), "error": "Output too few tokens 23"},
+        {**timed(7, 0.1, 0.01, 2, status="error"), "error": "Output too few tokens 4.5"},
     ]
     rows = _rows(_con(tmp_path, recs), "report_errors")
     # Most requests first, then model ('?' < 'm'), gpu, status, error.
+    too_few = "Output too few tokens N"
     assert rows == [
-        {"model": "m", "gpu": "g", "status": "error", "error": "boom", "requests": 2},
-        {"model": "?", "gpu": "g", "status": "cancelled", "error": "(no message)", "requests": 1},
-        {"model": "m", "gpu": "g", "status": "error", "error": "(no message)", "requests": 1},
-    ]
+        {"model": "m", "gpu": "g", "status": "error", "error": too_few,
+         "example": "Output too few tokens 17", "requests": 3},
+        {"model": "m", "gpu": "g", "status": "error", "error": "boom", "example": "boom",
+         "requests": 2},
+        {"model": "?", "gpu": "g", "status": "cancelled", "error": "(no message)",
+         "example": "(no message)", "requests": 1},
+        {"model": "m", "gpu": "g", "status": "error", "error": "(no message)",
+         "example": "(no message)", "requests": 1},
+    ]  # fmt: skip
 
 
 def test_report_errors_empty(tmp_path):

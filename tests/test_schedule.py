@@ -101,6 +101,23 @@ def test_schedule_rejects_bad_cron(tmp_path):
     assert res.exit_code == 2 and "minute: 61 is outside 0-59" in res.output
 
 
+def test_max_runs_counts_the_run_now(tmp_path, monkeypatch):
+    """`--max-runs 1 --now` runs once, right away, and returns (it ran twice before)."""
+    import pipeline.commands.schedule as sched
+
+    calls = []
+    monkeypatch.setattr(sched.subprocess, "run", lambda argv, check: calls.append(argv) or
+                        subprocess.CompletedProcess(argv, 0))  # fmt: skip
+    monkeypatch.setattr(sched, "loop", lambda *a, **k: calls.append("loop"))
+    args = ["schedule", "--cron", "0 0 1 1 *", "--max-runs", "1", "--now", "--logs", str(tmp_path)]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert len(calls) == 1 and calls[0][1:4] == ["-m", "pipeline", "run"]
+    calls.clear()
+    res = CliRunner().invoke(main, [*args[:4], "2", *args[5:]])  # --max-runs 2: one left to wait
+    assert res.exit_code == 0 and calls[1] == "loop" and len(calls) == 2
+
+
 # -- pipeline run ------------------------------------------------------------------------------
 def _runner(logs: Path, wh: Path, out: Path, *extra: str) -> list[str]:
     return ["run", "--logs", str(logs), "-w", str(wh), "--out", str(out), *extra]

@@ -126,6 +126,13 @@ def build_slice(
                 f"{name}: {what} not logged; the engine default is assumed "
                 "(batching/attention changes cannot be seen)"
             )
+    if df.height and df["t_arrival"].null_count() == df.height:
+        raise AttributionError(
+            f"the {name} has no arrival times (its log does not record when requests arrived): "
+            "its load, queueing and throughput are unknown, so a counterfactual replay cannot be "
+            "built. Compare slices whose logs have arrival times, or read the TTFT / TPOT "
+            "distributions with `pipeline query latency_percentiles`."
+        )
     fit = fits.get(key)
     if fit is None:
         raise AttributionError(
@@ -136,6 +143,7 @@ def build_slice(
         pl.all_horizontal([pl.col(c).eq_missing(v) for c, v in zip(KEY_COLS, key, strict=True)])
     )
     ok = main.filter(pl.col("prompt_tokens").is_not_null() & pl.col("output_tokens").is_not_null())
+    ok = ok.filter(pl.col("t_arrival").is_not_null())
     counts = ok.group_by("domain").agg(
         pl.len(), pl.col("t_arrival").min().alias("t0"), pl.col("t_arrival").max().alias("t1")
     )

@@ -113,6 +113,19 @@ def with_windows(df: pl.DataFrame) -> pl.DataFrame:
     request, one numpy pass per clock domain (server)."""
     parts = []
     for (_d,), g in df.with_row_index("_i").group_by("domain", maintain_order=True):
+        if g["t_arrival"].null_count():  # no arrival times: no load, no batch (never from zeros)
+            nulls = pl.Series([None] * g.height, dtype=pl.Float64)
+            parts.append(
+                pl.DataFrame(
+                    {
+                        "_i": g["_i"],
+                        "load": nulls,
+                        "decode_batch": nulls,
+                        "decode_sum_context": nulls,
+                    }
+                )
+            )
+            continue
         arr = g["t_arrival"].to_numpy().astype(np.float64)
         origin = float(np.min(arr))
         arr = arr - origin

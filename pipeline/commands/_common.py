@@ -56,6 +56,30 @@ model_config_option = click.option(
 )
 
 
+class Duration(click.ParamType):
+    """A duration with its unit (500ms, 2s, 1.5min, 1h, 7d) or a bare number of seconds; the value
+    is seconds (float). The same syntax on every command (issue 12, point 8)."""
+
+    name = "duration"
+
+    def convert(self, value, param, ctx):  # type: ignore[no-untyped-def]
+        if isinstance(value, int | float):
+            seconds = float(value)
+        else:
+            from pipeline.report.period import parse_duration
+
+            d = parse_duration(value)
+            if d is None:
+                self.fail(f"{value!r}: give a duration such as 500ms, 2s, 1.5min or 1h", param, ctx)
+            seconds = d.total_seconds()
+        if seconds <= 0:
+            self.fail(f"{value!r}: must be more than 0", param, ctx)
+        return seconds
+
+
+DURATION = Duration()
+
+
 def engine_option(what: str):
     """--engine duckdb|spark, the same on every command that reads the warehouse."""
     from pipeline.engines import ENGINES

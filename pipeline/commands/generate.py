@@ -161,9 +161,17 @@ def command(
         raise UserError(str(exc)) from exc
     s = truth["summary"]
     click.echo(
-        f"wrote {s['requests']} requests to {out} ({truth['timing_s']['bytes'] / 1e6:.1f} MB, "
+        f"wrote {s['requests']} requests to {out} ({_size(out, truth['timing_s']['bytes'])}, "
         f"rate {truth['arrival_process']['rate']}/s, TTFT p50 {s['ttft_p50_s'] * 1e3:.0f} ms) "
         f"and {out}.truth.json; simulated in {truth['timing_s']['simulate']:.1f} s, "
         f"written in {truth['timing_s']['write']:.1f} s",
         err=True,
     )
+
+
+def _size(out, uncompressed: int) -> str:
+    """The file's size on disk, and the JSON it holds when compressed (102 MB, not 299 MB)."""
+    on_disk = out.stat().st_size
+    if on_disk == uncompressed:
+        return f"{on_disk / 1e6:.1f} MB"
+    return f"{on_disk / 1e6:.1f} MB on disk, {uncompressed / 1e6:.1f} MB of JSON"

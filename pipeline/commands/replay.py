@@ -8,7 +8,13 @@ import math
 import click
 
 from pipeline.catalog import UnknownName
-from pipeline.commands._common import console, layout_for, model_config_option, warehouse_option
+from pipeline.commands._common import (
+    DURATION,
+    console,
+    layout_for,
+    model_config_option,
+    warehouse_option,
+)
 from pipeline.errors import DataError, UserError
 
 
@@ -70,15 +76,16 @@ SUMMARY = ["requests", "refused", "preemptions", "gpus", "ttft_p50", "ttft_p90",
 )
 @click.option(
     "--slo-ttft",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DURATION,
     default=None,
-    help="TTFT SLO in seconds (goodput, cheapest configuration).",
+    help="TTFT SLO (500ms, 2s; a bare number is seconds) for goodput and the cheapest "
+    "configuration [default: the what-if file's].",
 )
 @click.option(
     "--slo-tpot",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DURATION,
     default=None,
-    help="TPOT SLO in seconds.",
+    help="TPOT SLO (50ms, 0.05).",
 )
 @click.option(
     "--slo-attainment",
@@ -131,7 +138,7 @@ def command(
       pipeline replay --workload run-a --compare
       pipeline replay --workload run-a --config examples/whatif/h200-tp1.toml
       pipeline replay --workload azure-conv --config examples/whatif/disaggregated.toml \\
-          --sweep pd_ratio=1:1,1:2,2:3 --slo-ttft 0.5 --slo-tpot 0.05
+          --sweep pd_ratio=1:1,1:2,2:3 --slo-ttft 500ms --slo-tpot 50ms
     """
     from pipeline.fit import load as load_fits
     from pipeline.replay import compare as compare_fn

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import click
 import duckdb
 
 from pipeline.commands._common import (
+    DURATION,
     console,
     engine_option,
     existing_layout,
@@ -20,12 +20,12 @@ from pipeline.errors import DataError, UserError
 from pipeline.report import NothingToReport, Options, PeriodError, build_report
 
 
-def parse_seconds(text: str, what: str) -> float:
-    """'2', '2s', '2.5 s' or '500ms' -> seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s)?\s*", str(text))
-    if not m or float(m.group(1)) <= 0:
-        raise UserError(f"{what} {text!r}: give a time such as 2s, 0.5 or 500ms")
-    return float(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0)
+def parse_seconds(text: str | float, what: str) -> float:
+    """'2', '2s', '2.5 s' or '500ms' -> seconds (the one duration syntax, _common.Duration)."""
+    try:
+        return DURATION.convert(text, None, None)
+    except click.BadParameter as exc:
+        raise UserError(f"{what} {exc.message}") from None
 
 
 def period_options(f):

@@ -81,7 +81,8 @@ def command(ctx, cron_text, utc, max_runs, run_now, **_):  # fmt: skip
         cron = parse(cron_text)
     except CronError as exc:
         raise UserError(f"--cron: {exc}") from None
-    argv = [sys.executable, "-c", "from pipeline.cli import main; main()", "run", *_forward(ctx)]
+    # The same entry point as the shell's `pipeline` (python -m pipeline), not a code string.
+    argv = [sys.executable, "-m", "pipeline", "run", *_forward(ctx)]
     out = console()
 
     def job() -> int:
@@ -90,9 +91,14 @@ def command(ctx, cron_text, utc, max_runs, run_now, **_):  # fmt: skip
     def now() -> dt.datetime:
         return dt.datetime.now(dt.UTC).replace(tzinfo=None) if utc else dt.datetime.now()
 
-    if run_now:
+    left = max_runs
+    if run_now:  # counts as one of --max-runs: `--max-runs 1 --now` runs once, now
         out.print(f"run 0 finished with exit code {job()}")
+        if left is not None:
+            left -= 1
+            if left <= 0:
+                return
     try:
-        loop(cron, job, now, max_runs=max_runs, say=out.print)
+        loop(cron, job, now, max_runs=left, say=out.print)
     except KeyboardInterrupt:
         out.print("schedule stopped")

@@ -35,8 +35,7 @@ from pipeline.engines.base import Engine, EngineError
 from pipeline.engines.translate import TranslationError, to_spark
 from pipeline.schema.tables import PARTITIONED, TABLES, arrow_schema
 from pipeline.warehouse.layout import Layout
-from pipeline.warehouse.views import _EXTRA as COMPUTED_COLUMNS
-from pipeline.warehouse.views import TOKEN_VIEWS, TOKENS_SQL_SPARK, derived_tables
+from pipeline.warehouse.views import TOKEN_VIEWS, TOKENS_SQL_SPARK, derived_tables, view_select
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -174,9 +173,7 @@ class SparkEngine(Engine):
             df = self._read_table(table, committed.get(table, []))
             base = f"_{table}_base"
             df.createOrReplaceTempView(base)
-            extra = COMPUTED_COLUMNS.get(table)
-            select = f"SELECT *, {extra} FROM {base}" if extra else f"SELECT * FROM {base}"
-            self.spark.sql(to_spark(select)).createOrReplaceTempView(table)
+            self.spark.sql(to_spark(view_select(table, base))).createOrReplaceTempView(table)
             self._views.append(table)
         for view, base in TOKEN_VIEWS.items():
             sql = TOKENS_SQL_SPARK.replace("_requests_base", base)

@@ -58,6 +58,9 @@ def load_deployments(con: Any) -> Deployments:
         if first["model"] is None or first["gpu"] is None:
             out.left_out.append((str(run_id), "no model or GPU (use --set model=... gpu=...)"))
             continue
+        if g["t_arrival"].null_count():
+            out.left_out.append((str(run_id), "no arrival times in this log"))
+            continue
         arr = g["t_arrival"].to_numpy()
         if g.height < MIN_REQUESTS:
             out.left_out.append((str(run_id), f"fewer than {MIN_REQUESTS} successful requests"))

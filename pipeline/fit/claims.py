@@ -90,7 +90,7 @@ def load_requests(con: Any, limit: int = MAX_ROWS) -> pl.DataFrame:
             prompt_tokens, output_tokens, t_arrival, queue_s, prefill_s, ttft_s, tpot_s, e2e_s
         FROM requests
         WHERE status = 'ok' AND ttft_s IS NOT NULL AND model IS NOT NULL AND gpu IS NOT NULL
-          AND prompt_tokens IS NOT NULL
+          AND prompt_tokens IS NOT NULL AND t_arrival IS NOT NULL
         ORDER BY domain, t_arrival, run_id, request_id
         LIMIT {int(limit)}
         """

@@ -29,18 +29,25 @@ _KEY_NAMES = GroupKey._fields
 
 
 def groups(con: Any) -> list[tuple[GroupKey, int]]:
-    """Groups with a model and GPU, and their successful-request counts.
+    """Groups with a model and GPU, and how many of their successful requests have an arrival
+    time (0: a log without arrival times, which the fit leaves out).
 
     ``con``: an :class:`~pipeline.engines.Engine` or a DuckDB connection of ``connect``.
     """
     cols = ", ".join(f"{c} AS {n}" for c, n in zip(KEY_SQL, _KEY_NAMES, strict=False))
     keys = ", ".join(KEY_SQL)
     df = as_engine(con).sql(
-        f"""SELECT {cols}, count(*) AS n FROM requests
+        f"""SELECT {cols}, count(t_arrival) AS n FROM requests
         WHERE status = 'ok' AND model IS NOT NULL AND gpu IS NOT NULL
         GROUP BY {keys} ORDER BY {", ".join(_KEY_NAMES)}"""
     )
     return [(GroupKey(*r[:-1]), int(r[-1])) for r in df.iter_rows()]
+
+
+NO_CLOCK = (
+    "no arrival times in this log: the batch each request saw is unknown, so no step cost is "
+    "fitted from it (its TTFT / TPOT are in the queries)"
+)
 
 
 def _where(key: GroupKey) -> tuple[str, dict[str, Any]]:
@@ -72,6 +79,8 @@ def _selection(where: str, limit: int) -> str:
             FROM requests
             WHERE {where} AND status = 'ok' AND ttft_s IS NOT NULL AND e2e_s IS NOT NULL
               AND prompt_tokens IS NOT NULL AND output_tokens IS NOT NULL
+              -- the batch a request saw needs a common clock: none without arrival times
+              AND t_arrival IS NOT NULL
         ),
         sel AS (SELECT * FROM g ORDER BY {_ORDER} LIMIT {int(limit)})"""
 
@@ -175,7 +184,10 @@ def fit_all(
     """Fit every group; returns the fits and (group, reason) for those skipped."""
     con = as_engine(con)
     fits, skipped = [], []
-    for key, _n in groups(con):
+    for key, n in groups(con):
+        if n == 0:  # successful requests, none with an arrival time (count(t_arrival) = 0)
+            skipped.append((key, NO_CLOCK))
+            continue
         try:
             fits.append(fit_group(con, key, limit))
         except catalog.UnknownName as exc:

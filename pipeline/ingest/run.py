@@ -26,7 +26,14 @@ import numpy as np
 import polars as pl
 
 from pipeline.ingest import metadata
-from pipeline.ingest.sources import discover, is_binary, read_head, sha256_file
+from pipeline.ingest.sources import (
+    HEAD_BYTES,
+    discover,
+    is_binary,
+    iter_blocks,
+    read_head,
+    sha256_file,
+)
 from pipeline.ingest.validate import validate
 from pipeline.readers.base import InputError, ReadContext, Reader, ReaderOutput
 from pipeline.readers.base import file_run_id as default_run_id
@@ -36,6 +43,19 @@ from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.writer import StagedWrite
 
 _TAGS = itertools.count()
+
+
+def _blank(path: Path, size: int) -> bool:
+    """An empty file, or one of blank lines only (after decompression, BOM removed)."""
+    if size == 0:
+        return True
+    try:
+        head = read_head(path)
+    except InputError:
+        return False
+    if head.strip():
+        return False
+    return len(head) < HEAD_BYTES or not any(block.strip() for block in iter_blocks(path))
 
 
 class _AlreadyIngested(Exception):
@@ -51,7 +71,8 @@ _HASH_SEED = 0x5EED
 @dataclass
 class FileResult:
     path: Path
-    status: str  # ingested | already | empty | skipped (a companion file, not a log)
+    # ingested | quarantined (every record refused) | already | empty | skipped (a companion)
+    status: str
     format: str | None = None
     sha256: str | None = None
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNT_KEYS, 0))
@@ -211,6 +232,11 @@ class Ingestor:
             if reason is not None:
                 result.status, result.message = "skipped", f"not a log: {reason}"
                 return result
+        if _blank(path, st.st_size):
+            # Nothing to ingest and nothing to remember: every empty file has the same hash, so
+            # a manifest would make the next empty file "already ingested".
+            result.status, result.message = "empty", "empty file (no records), nothing to ingest"
+            return result
         if sha is not None and self.layout.manifest_file(sha).exists():
             result.message = "already ingested (same content hash)"
             return result
@@ -284,7 +310,12 @@ class Ingestor:
                 counts.update({k: counts.get(k, 0) + v for k, v in self._counts.items()})
                 result.excluded = dict(self._excluded)
                 if result.status != "empty":
-                    result.status = "ingested"
+                    landed = counts["ingested"] + counts["arrivals"] + counts["summaries"]
+                    # Every record refused: say so rather than "ingested" (the manifest still
+                    # records the file, so a re-run does not read it again).
+                    result.status = (
+                        "ingested" if landed or not counts["quarantined"] else ("quarantined")
+                    )
                 result.format = fmt
                 staged.commit(
                     {
@@ -492,7 +523,7 @@ def ingest_paths(
 def totals(results: list[FileResult]) -> dict[str, int]:
     t = dict.fromkeys(COUNT_KEYS, 0)
     for r in results:
-        if r.status in ("ingested", "empty"):
+        if r.status in ("ingested", "empty", "quarantined"):
             for k in COUNT_KEYS:
                 t[k] += r.counts.get(k, 0)
     t["files"] = len(results)

@@ -38,9 +38,24 @@ def open_decompressed(path: Path) -> BinaryIO:
     return raw
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def iter_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
-    """Decompressed blocks. A truncated or corrupt compressed file yields every byte that can be
-    recovered before the damage, then raises InputError."""
+    """Decompressed blocks, without a leading UTF-8 byte-order mark (Windows editors write one;
+    left in, it would make the first record unparsable). A truncated or corrupt compressed file
+    yields every byte that can be recovered before the damage, then raises InputError."""
+    first = True
+    for block in _raw_blocks(path, block_bytes):
+        if first and block:
+            first = False
+            block = block.removeprefix(UTF8_BOM)
+            if not block:
+                continue
+        yield block
+
+
+def _raw_blocks(path: Path, block_bytes: int) -> Iterator[bytes]:
     kind = compression(path)
     with open(path, "rb") as f:
         if kind is None:
@@ -79,6 +94,9 @@ def read_head(path: Path, n: int = HEAD_BYTES) -> bytes:
     buf = bytearray()
     try:
         with open_decompressed(path) as f:
+            start = f.read(3)  # sniff what the readers will read: no byte-order mark
+            if start != UTF8_BOM:
+                buf += start
             while len(buf) < n:
                 chunk = f.read(min(4096, n - len(buf)))
                 if not chunk:

@@ -14,7 +14,7 @@ from pipeline.schema.record import RequestRecord
 from pipeline.schema.tables import REQUESTS
 
 STATUSES = ("ok", "error", "cancelled")
-CLOCKS = ("unix", "relative")
+CLOCKS = ("unix", "relative", "request")
 # Tolerance when comparing token_times with the request's own stamps (logs round to ms).
 TIME_TOL_S = 1e-3
 
@@ -63,7 +63,10 @@ def _rules(required: tuple[str, ...]) -> list[tuple[pl.Expr, pl.Expr]]:
             ~c("status").is_in(STATUSES),
             pl.lit("status must be ok, error or cancelled, not ") + c("status"),
         ),
-        (~c("clock").is_in(CLOCKS), pl.lit("clock must be unix or relative, not ") + c("clock")),
+        (
+            ~c("clock").is_in(CLOCKS),
+            pl.lit("clock must be unix, relative or request, not ") + c("clock"),
+        ),
         (
             ~arr.is_finite() | ~sch.is_finite() | ~ft.is_finite() | ~fin.is_finite(),
             pl.lit("a timestamp is not a finite number"),

@@ -16,7 +16,13 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.readers import _common as c
-from pipeline.readers.base import Capabilities, InputError, ReadContext, ReaderOutput
+from pipeline.readers.base import (
+    Capabilities,
+    InputError,
+    ReadContext,
+    ReaderOutput,
+    sibling_run_id,
+)
 
 PRIORITY = 40
 
@@ -86,7 +92,7 @@ class LlmperfReader:
             pl.lit(ctx.default_run_id).alias("run_id"),
             pl.col("inp").cast(pl.Int64, strict=False).alias("prompt_tokens"),
             pl.col("outp").cast(pl.Int64, strict=False).alias("output_tokens"),
-            pl.lit("relative").alias("clock"),
+            pl.lit("request").alias("clock"),  # no arrival times: each request from its own 0
             pl.lit(0.0).alias("arrival_ts"),
             pl.col("ttft").alias("first_token_ts"),
             pl.col("e2e").alias("finish_ts"),
@@ -119,18 +125,38 @@ class LlmperfReader:
         metrics = {k: v for k, v in doc.items() if k.startswith("results_")}
         meta = {k: v for k, v in doc.items() if not k.startswith("results_")}
         meta["results_error_code_frequency"] = doc.get("results_error_code_frequency")
+        run_id = _per_request_run(ctx)
+        rpm = c.as_float(doc.get("results_num_completed_requests_per_min"))
         run = {
-            "run_id": ctx.default_run_id,
+            "run_id": run_id,
             "model": doc.get("model"),
             "max_concurrency": doc.get("num_concurrent_requests"),
+            # llmperf's own completed-requests rate: the per-request file has no clock to give one.
+            "request_rate": rpm / 60.0 if rpm is not None else None,
             "metadata": meta,
         }
         if not metrics:
             raise InputError("llmperf summary without any results_* keys")
         return ReaderOutput(
             runs=c.runs_frame(self.name, ctx, [run]),
-            run_summaries=c.summaries_frame(self.name, ctx, ctx.default_run_id, metrics),
+            run_summaries=c.summaries_frame(self.name, ctx, run_id, metrics),
         )
+
+
+def _per_request_run(ctx: ReadContext) -> str:
+    """The run of the per-request file this summary describes, when it sits beside it:
+    llmperf writes ``<prefix>_summary.json`` and ``<prefix>_individual_responses.json`` (also
+    seen renamed ``summary_<x>.json`` / ``individual_<x>.json``)."""
+    name = ctx.path.name
+    for candidate in (
+        name.replace("_summary.json", "_individual_responses.json"),
+        name.replace("summary_", "individual_", 1) if name.startswith("summary_") else "",
+    ):
+        if candidate and candidate != name:
+            found = sibling_run_id(ctx.path.parent / candidate)
+            if found:
+                return found
+    return ctx.default_run_id
 
 
 READER = LlmperfReader()

@@ -235,7 +235,8 @@ def requests_from_arrays(
         pl.lit(engine, pl.Utf8).alias("engine"),
         pl.col("in").cast(pl.Int64, strict=False).alias("prompt_tokens"),
         pl.col("out").cast(pl.Int64, strict=False).alias("output_tokens"),
-        pl.lit("relative").alias("clock"),
+        # Without start_times there is no common time axis (clock 'request', views: no t_arrival).
+        pl.lit("relative" if have_start else "request").alias("clock"),
         pl.col("arrival_ts"),
         pl.when(ok).then(pl.col("arrival_ts") + pl.col("ttft")).alias("first_token_ts"),
         pl.when(ok | (pl.col("lat").fill_null(0) > 0))

@@ -13,8 +13,12 @@ import re
 from dataclasses import dataclass
 
 UTC = dt.UTC
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+# One duration syntax for every command: a number with a unit, or a bare number of seconds.
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(us|µs|ms|s|min|m|h|d|w)?\s*$")
+_UNITS = {
+    "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "min": 60, "m": 60, "h": 3600, "d": 86400,
+    "w": 7 * 86400, None: 1,
+}  # fmt: skip
 
 
 class PeriodError(ValueError):
@@ -61,7 +65,9 @@ def _short(t: dt.datetime) -> str:
 
 
 def parse_duration(text: str) -> dt.timedelta | None:
-    m = _DURATION.match(text)
+    """'500ms', '2s', '2', '1.5 min', '7d' -> a timedelta (bare numbers are seconds); None if the
+    text is not a duration."""
+    m = _DURATION.match(str(text))
     if not m:
         return None
     return dt.timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,20 +39,25 @@ class RunResult:
 
 
 def run_fit(layout: Layout) -> str:
-    """Call pipeline.fit if the project has it; a one-line note of what happened."""
+    """Fit the cost models; a one-line note of what happened."""
+    from pipeline.fit import fit_warehouse
+
     try:
-        mod = importlib.import_module("pipeline.fit")
-    except ImportError:
-        return "fit skipped: pipeline.fit is not available yet"
-    fn = getattr(mod, "fit_warehouse", None)
-    if not callable(fn):
-        return "fit skipped: pipeline.fit has no fit_warehouse(layout) entry point yet"
-    try:
-        fits = fn(layout)
+        fits = fit_warehouse(layout)
     except Exception as exc:  # a failed fit must not stop the report: it says what happened
         return f"fit failed ({type(exc).__name__}: {exc}); reporting without new cost models"
-    n = len(fits) if hasattr(fits, "__len__") else "?"
-    return f"fit: {n} deployment(s) fitted"
+    return f"fit: {len(fits)} deployment(s) fitted"
+
+
+def run_attribution(layout: Layout) -> str:
+    """Per-request attribution and elasticities, which the report's "why" section reads."""
+    from pipeline import attribution
+
+    try:
+        req, _el, _cmp = attribution.run(layout, fit_if_missing=False)
+    except Exception as exc:  # the report still says what it can without it
+        return f"attribution failed ({type(exc).__name__}: {exc}); the report's why is partial"
+    return f"attribution: {req.height:,} request(s) attributed"
 
 
 def _new_data_start(layout: Layout, files: list[Path]) -> dt.datetime | None:
@@ -115,6 +119,10 @@ def run_once(
         if new or "cost_models" not in derived_tables(layout):
             res.fit = run_fit(layout)
             say(res.fit)
+        if new or "attribution_requests" not in derived_tables(layout):
+            note = run_attribution(layout)
+            res.notes.append(note)
+            say(note)
         version = warehouse_version(layout)
         for period in _targets(layout, window, new):
             stem = file_stem(effective(period, bounds(layout)))

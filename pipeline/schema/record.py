@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Status = Literal["ok", "error", "cancelled"]
-Clock = Literal["unix", "relative"]
+Clock = Literal["unix", "relative", "request"]
 
 # Metadata a log may lack and a user may supply with ``--set COLUMN=VALUE`` or a run manifest.
 METADATA_COLUMNS: tuple[str, ...] = (
@@ -36,8 +36,10 @@ class RequestRecord(BaseModel):
     """One served request, as our own JSON-lines log format records it.
 
     All ``*_ts`` timestamps of one record are on one clock: Unix epoch seconds (``clock = "unix"``,
-    the default) or seconds from any fixed origin (``clock = "relative"``, e.g. a benchmark's
-    ``perf_counter``). ``token_times`` are seconds since ``arrival_ts``.
+    the default), seconds from any fixed origin shared by the run (``clock = "relative"``, e.g. a
+    benchmark's ``perf_counter``), or seconds from the request's own start when the log has no
+    arrival times (``clock = "request"``: durations are exact, but no rate, window, concurrency or
+    batch can be derived). ``token_times`` are seconds since ``arrival_ts``.
     """
 
     model_config = ConfigDict(extra="ignore", title="RequestRecord")

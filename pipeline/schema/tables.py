@@ -53,8 +53,18 @@ REQUESTS: tuple[Column, ...] = (
     Column("prompt_tokens", I64, "tokens", "Input tokens; null if the log does not record them."),
     Column("cached_tokens", I64, "tokens", "Prompt tokens served from a prefix cache."),
     Column("output_tokens", I64, "tokens", "Generated tokens; null if the log does not say."),
-    Column("clock", S, "", "Clock of t_arrival: 'unix' or 'relative'.", nullable=False),
-    Column("t_arrival", F, "s", "Arrival on the request's own clock.", nullable=False),
+    Column(
+        "clock",
+        S,
+        "",
+        "Clock of t_arrival: 'unix', 'relative' (one origin per run) or 'request' (the log has no "
+        "arrival times: each request's stamps count from its own start; views show t_arrival "
+        "null).",
+        nullable=False,
+    ),
+    Column(
+        "t_arrival", F, "s", "Arrival on the run's clock (null in views: clock 'request').", False
+    ),
     Column("arrival_at", TS, "UTC", "Absolute arrival time; null when the log has no wall clock."),
     Column("queue_s", F, "s", "scheduled - arrival."),
     Column("prefill_s", F, "s", "first_token - scheduled."),

@@ -15,11 +15,29 @@ import duckdb
 from pipeline.schema.tables import PARTITIONED, TABLES, VIEWS, arrow_schema
 from pipeline.warehouse.layout import Layout
 
+# A log without arrival times (llmperf per-request files, SGLang / old vLLM detailed results)
+# is stored with clock 'request': each request's stamps count from its own arrival, so TTFT,
+# TPOT and E2E are real but there is no common time axis. The views say so with a NULL
+# t_arrival: no rate, window, concurrency or batch can be computed from the zeros.
+_T_ARRIVAL = "CASE WHEN clock = 'request' THEN NULL ELSE t_arrival END"
+_ARRIVAL_S = f"{_T_ARRIVAL} - min({_T_ARRIVAL}) OVER (PARTITION BY run_id) AS arrival_s"
 # Views computed on top of a stored table: the column list is the table's plus these.
-_EXTRA = {
-    "requests": "t_arrival - min(t_arrival) OVER (PARTITION BY run_id) AS arrival_s",
-    "replay_requests": "t_arrival - min(t_arrival) OVER (PARTITION BY run_id) AS arrival_s",
-}
+_EXTRA = {"requests": _ARRIVAL_S, "replay_requests": _ARRIVAL_S}
+# Stored columns a view shows through an expression (same name, same type).
+REPLACED = {"requests": {"t_arrival": _T_ARRIVAL}, "replay_requests": {"t_arrival": _T_ARRIVAL}}
+
+
+def view_select(table: str, base: str) -> str:
+    """SELECT of the view over ``base``: its columns (some through REPLACED), then _EXTRA."""
+    extra = _EXTRA.get(table)
+    replaced = REPLACED.get(table)
+    if replaced:
+        names = [f.name for f in arrow_schema(table)] + (["day"] if table in PARTITIONED else [])
+        cols = ", ".join(f"{replaced[n]} AS {n}" if n in replaced else n for n in names)
+    else:
+        cols = "*"
+    return f"SELECT {cols}{', ' + extra if extra else ''} FROM {base}"
+
 
 # The tokens view (columns: schema.tables.TOKENS + day), one row per emission. Chunk sizes: as
 # logged; else one token each when there are as many emissions as output tokens; else unknown.
@@ -87,9 +105,7 @@ def connect(layout: Layout, database: str = ":memory:") -> duckdb.DuckDBPyConnec
 
                 empty = empty.append_column("day", pa.array([], pa.string()))
             con.register(base, empty)
-        extra = _EXTRA.get(table)
-        select = f"SELECT *, {extra} FROM {base}" if extra else f"SELECT * FROM {base}"
-        con.execute(f"CREATE VIEW {table} AS {select}")
+        con.execute(f"CREATE VIEW {table} AS {view_select(table, base)}")
     for view, base in TOKEN_VIEWS.items():
         con.execute(f"CREATE VIEW {view} AS {TOKENS_SQL.replace('_requests_base', base)}")
     for name, files in derived_tables(layout).items():

@@ -32,7 +32,7 @@ def _cards(df: pl.DataFrame) -> str:
         ("failed", f"{num(failed)} ({pct(failed / req if req else None)})"),
         ("prompt tokens", num(df["prompt_tokens"].sum())),
         ("output tokens", num(out_tok)),
-        ("output tok/s", num(out_tok / dur if dur else None, 1)),
+        ("output tok/s", num(out_tok / dur if dur and not _unclocked(df) else None, 1)),
         ("SLO attainment", pct(good / req if req else None)),
     ]
     cells = "".join(
@@ -41,6 +41,11 @@ def _cards(df: pl.DataFrame) -> str:
         for k, v in items
     )
     return f'<div class="cards">{cells}</div>'
+
+
+def _unclocked(df: pl.DataFrame) -> bool:
+    """Some run has no arrival times: a total rate over all runs would mix in zeros."""
+    return "runs_without_clock" in df.columns and bool(df["runs_without_clock"].sum())
 
 
 def build(ctx: Context) -> Section:
@@ -60,6 +65,7 @@ def build(ctx: Context) -> Section:
         Col("prompt_tokens", "prompt tok", num, True),
         Col("output_tokens", "output tok", num, True),
         Col("requests_per_s", "req/s", lambda v: num(v, 2), True),
+        Col("tool_requests_per_s", "req/s (tool's own)", lambda v: num(v, 2), True),
         Col("output_tokens_per_s", "output tok/s", lambda v: num(v, 1), True),
         Col("goodput_per_s", "goodput req/s", lambda v: num(v, 2), True),
         Col("slo_attainment", "SLO met", pct, True),
@@ -67,8 +73,17 @@ def build(ctx: Context) -> Section:
     latency = [Col("model", "model"), Col("gpu", "GPU")] + [
         Col(f"{m}_p{p}", f"{m.upper()} p{p}", ms, True) for m in LATENCY for p in (50, 90, 99)
     ]
+    no_clock = int(df["runs_without_clock"].sum() or 0) if "runs_without_clock" in df.columns else 0
+    clock_note = (
+        f'<p class="note">{no_clock} run(s) have no arrival times in their logs: their rates, '
+        "windows, concurrency and batches are unknown (shown as –), never computed from zeros; "
+        "where the tool wrote its own rate it is shown beside ours.</p>"
+        if no_clock
+        else ""
+    )
     s.body = (
         _cards(df)
+        + clock_note
         + table(df, volume, "Volume, throughput and goodput")
         + f'<p class="note">Goodput counts requests that finished with TTFT ≤ '
         f"{esc(ms(o.slo_ttft))} ms and TPOT ≤ {esc(ms(o.slo_tpot))} ms "

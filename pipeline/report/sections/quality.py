@@ -106,7 +106,8 @@ def _errors(ctx: Context) -> tuple[str, dict]:
         Col("model", "model"),
         Col("gpu", "GPU"),
         Col("status", "status"),
-        Col("error", "error"),
+        Col("error", "reason (numbers as N)"),
+        Col("example", "example"),
         Col("requests", "requests", num, True),
     ]
     return "<h3>Failures</h3>" + table(err, cols, max_rows=20), {}
