@@ -26,7 +26,25 @@ UTC = dt.UTC
 
 
 class NothingToReport(ValueError):
-    """The warehouse holds no requests and no quarantined records."""
+    """The warehouse holds no requests and no quarantined records (or none in the period)."""
+
+
+def _data_in(period: Period, b: Bounds) -> None:
+    """Refuse a --since / --until period that holds no request (an empty page says nothing)."""
+    outside = b.first is None or (
+        (period.end is not None and period.end <= b.first)
+        or (period.start is not None and period.start > b.last)  # type: ignore[operator]
+    )
+    if outside:
+        span = (
+            f"its requests with a wall clock run from {b.first:%Y-%m-%d %H:%M} to "
+            f"{b.last:%Y-%m-%d %H:%M} UTC"
+            if b.first is not None
+            else "none of its requests has a wall clock (a period cannot select them)"
+        )
+        raise NothingToReport(
+            f"no requests in {period.label()}: {span}; choose --since / --until inside that"
+        )
 
 
 @dataclass
@@ -144,6 +162,8 @@ def _build(  # type: ignore[no-untyped-def]
         raise NothingToReport(f"the warehouse {layout.root} holds no requests; ingest logs first")
     if period is None:
         period = resolve(since, until, b.last, now)
+        if since is not None or until is not None:
+            _data_in(period, b)  # a period the user asked for, past the data: an error
     prev = previous(period, compare_with)
     ctx = Context(
         layout=layout,
