@@ -495,3 +495,17 @@ def test_attribution_per_request_empty(tmp_path):
 
     write_empty_if_absent(Layout(tmp_path / "wh"))
     assert _empty(tmp_path, "attribution_per_request") == []
+
+
+def test_report_decode_batch_never_merges_runs_that_share_a_server(tmp_path):
+    # Two runs on server "sim-0" at the same unix times (as the twelve sample runs are, all
+    # starting 2026-01-01 00:00): each has three requests decoding together, so each sees
+    # batch 3, not 6 (before, unix-clock runs sharing a server name were one batch).
+    recs = [
+        {**timed(10 * run + k, 0.5, 1.0, 3, arrival=0.1 * k), "server": "sim-0",
+         "run_id": f"run{run}"}
+        for run in (0, 1)
+        for k in range(3)
+    ]  # fmt: skip
+    rows = _rows(_con(tmp_path, recs), "report_decode_batch", bin_s=1.0)
+    assert [(r["batch_mean"], r["requests"]) for r in rows] == [(3.0, 6)]
