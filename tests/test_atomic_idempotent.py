@@ -113,3 +113,25 @@ def test_manifest_records_counts(tmp_path):
     assert m["counts"]["ingested"] == PER_FILE
     assert m["counts"]["quarantined"] == 1
     assert all((layout.root / f).is_file() for f in m["files"])
+
+
+def test_reingest_replaces_a_files_rows_with_corrected_metadata(tmp_path):
+    """`ingest --reingest --set ...`: the same file's rows, relabelled, never twice, and the
+    previous generation's data files gone; a plain re-run still reads nothing."""
+    from pipeline.ingest.run import IngestOptions, ingest_paths, recover
+
+    logs = write_jsonl(tmp_path / "a.jsonl", [record(i, gpu=None) for i in range(20)])
+    layout = Layout(tmp_path / "wh")
+    ingest_paths([logs], layout, IngestOptions(sets={"gpu": "H100-PCIe"}))
+    first = sorted(p.name for p in layout.root.rglob("part-*.parquet"))
+    (r,) = ingest_paths([logs], layout, IngestOptions(sets={"gpu": "H100-SXM"}, reingest=True))
+    assert (r.status, r.counts["ingested"], r.counts["duplicates"]) == ("ingested", 20, 0)
+    con = connect(layout)
+    assert con.execute("SELECT gpu, count(*) FROM requests GROUP BY 1").fetchall() == [
+        ("H100-SXM", 20)
+    ]
+    second = sorted(p.name for p in layout.root.rglob("part-*.parquet"))
+    assert first and second and not set(first) & set(second)  # a new generation, old removed
+    assert recover(layout) == 0  # nothing left over
+    (again,) = ingest_paths([logs], layout)
+    assert again.status == "already"

@@ -40,13 +40,21 @@ from pipeline.readers.registry import by_name
     default=None,
     help="A run manifest (TOML) for every file given, instead of the ones beside the logs.",
 )
+@click.option(
+    "--reingest",
+    is_flag=True,
+    help="Read files already ingested again and replace their rows, e.g. to correct --set "
+    "metadata (atomic: queries see the old rows or the new, never both).",
+)
 @click.option("--strict", is_flag=True, help="Exit 1 if any record was quarantined.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary table.")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON on stdout.")
 @click.option(
     "--max-line-mb", default=32, show_default=True, help="Quarantine lines longer than this."
 )
-def command(paths, warehouse, sets, fmt, mapping, manifest, strict, quiet, as_json, max_line_mb):
+def command(
+    paths, warehouse, sets, fmt, mapping, manifest, reingest, strict, quiet, as_json, max_line_mb
+):
     """Read serving logs (files or folders, recursive; plain, .gz or .zst) into the warehouse.
 
     Every record ends up in the warehouse or in quarantine with its file, line and reason; a
@@ -59,6 +67,7 @@ def command(paths, warehouse, sets, fmt, mapping, manifest, strict, quiet, as_js
       pipeline ingest logs/ --set gpu=H100-SXM --set gpu_count=1
       pipeline ingest our_logs.csv --mapping our_logs.mapping.toml
       pipeline ingest distserve/*.exp.txt --manifest examples/manifests/distserve-c21d11.run.toml
+      pipeline ingest logs/ --reingest --set gpu=H100-PCIe     # correct metadata already in
       pipeline query --sql "SELECT reason, count(*) FROM quarantine GROUP BY 1"
     """
     try:
@@ -71,6 +80,7 @@ def command(paths, warehouse, sets, fmt, mapping, manifest, strict, quiet, as_js
             max_line_bytes=max_line_mb * 1024 * 1024,
             mapping=mapping,
             manifest=manifest,
+            reingest=reingest,
         )
         if manifest is not None:  # a broken manifest is a usage error, reported before reading
             run_manifest(manifest, manifest)

@@ -87,6 +87,9 @@ class IngestOptions:
     max_line_bytes: int = 32 * 1024 * 1024
     mapping: Path | None = None
     manifest: Path | None = None  # a run manifest for every file (else the one beside each)
+    # Read files already ingested again and replace their rows (corrected --set / manifest
+    # metadata), atomically: the new manifest generation is the commit point.
+    reingest: bool = False
 
 
 def _key_hash(df: pl.DataFrame) -> np.ndarray:
@@ -112,6 +115,7 @@ class _Dedup:
         self.runs_loaded: set[str] = set()
         self.held = contextlib.ExitStack()
         self.unlocked: list[str] = []  # runs whose lock timed out (dedup across workers inexact)
+        self.ignore: set[str] = set()  # committed files of the file being re-ingested
 
     def close(self) -> None:
         """Release the run locks (after the commit)."""
@@ -140,7 +144,9 @@ class _Dedup:
             got = self.held.enter_context(self.layout.lock(name, timeout=self.RUN_LOCK_TIMEOUT_S))
             if not got:
                 self.unlocked.append(run)
-        files = [str(p) for p in self.layout.committed_files("requests")]
+        files = [
+            str(p) for p in self.layout.committed_files("requests") if str(p) not in self.ignore
+        ]
         if not files:
             return
         existing = (
@@ -237,7 +243,11 @@ class Ingestor:
             # a manifest would make the next empty file "already ingested".
             result.status, result.message = "empty", "empty file (no records), nothing to ingest"
             return result
-        if sha is not None and self.layout.manifest_file(sha).exists():
+        if (
+            sha is not None
+            and self.layout.manifest_file(sha).exists()
+            and not self.options.reingest
+        ):
             result.message = "already ingested (same content hash)"
             return result
         # A new file is hashed on another thread while it is read (the hash names the committed
@@ -250,6 +260,8 @@ class Ingestor:
 
     def _already(self) -> bool:
         """The hash is known and names a committed file: no need to read on."""
+        if self.options.reingest:
+            return False
         d = self._digest
         return d.done() and d.exception() is None and self.layout.manifest_file(d.result()).exists()
 
@@ -303,10 +315,14 @@ class Ingestor:
             # Commit under the content's lock: a worker ingesting the same bytes under another
             # name, or a recovery of a killed run of them, is done before we look.
             with self.layout.lock(sha[:16], blocking=True):
-                if self.layout.manifest_file(sha).exists():
+                previous = self.layout.manifest(sha)
+                if previous is not None and not self.options.reingest:
                     raise _AlreadyIngested
+                kept = set(previous["files"]) if previous else set()
+                generation = int(previous.get("generation", 0)) + 1 if previous else 0
                 for orphan in self.layout.data_files_of(sha[:16]):
-                    orphan.unlink(missing_ok=True)  # left by a killed run of this same file
+                    if str(orphan.relative_to(self.layout.root)) not in kept:
+                        orphan.unlink(missing_ok=True)  # left by a killed run of this file
                 counts.update({k: counts.get(k, 0) + v for k, v in self._counts.items()})
                 result.excluded = dict(self._excluded)
                 if result.status != "empty":
@@ -327,9 +343,14 @@ class Ingestor:
                         "counts": counts,
                         "status": result.status,
                         "ingested_at": dt.datetime.now(dt.UTC).isoformat(),
+                        "generation": generation,
                     },
                     sha,
+                    generation=generation,
                 )
+                # The new manifest is committed: the previous generation's files go.
+                for rel in kept - set(self.layout.manifest(sha)["files"]):
+                    (self.layout.root / rel).unlink(missing_ok=True)
         except _AlreadyIngested:
             staged.abort()
             result.status, result.format = "already", None
@@ -376,6 +397,9 @@ class Ingestor:
         self._tables = metadata.manifest_tables(path, self.options.manifest)
         self._runs_seen = False
         dedup = self._dedup = _Dedup(self.layout)
+        if self.options.reingest:  # this file's own earlier rows are not duplicates of it
+            known = self.layout.manifest(self._digest.result())
+            dedup.ignore = {str(self.layout.root / f) for f in (known or {}).get("files", [])}
         last_line = 0
         try:
             for out in reader.read(ctx):
@@ -475,9 +499,18 @@ def recover(layout: Layout) -> int:
     for sha16, files in layout.orphans().items():
         with layout.lock(sha16) as got:
             # Re-check under the lock: a live worker may have committed this file since we
-            # listed the orphans, and its files (same names) must not be deleted.
-            if got and not any(layout.manifest_dir.glob(f"{sha16}*.json")):
-                for f in files:
+            # listed the orphans, and files its manifest now lists must not be deleted.
+            if not got:
+                continue
+            listed = {
+                str(layout.root / rel)
+                for m in (
+                    json.loads(p.read_text()) for p in layout.manifest_dir.glob(f"{sha16}*.json")
+                )
+                for rel in m.get("files", [])
+            }
+            for f in files:
+                if str(f) not in listed:
                     f.unlink(missing_ok=True)
                     removed += 1
     if layout.staging_dir.exists():

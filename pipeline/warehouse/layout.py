@@ -68,6 +68,13 @@ class Layout:
     def manifest_file(self, sha: str) -> Path:
         return self.manifest_dir / f"{sha}.json"
 
+    def manifest(self, sha: str) -> dict | None:
+        """The committed entry of one file's content, or None."""
+        try:
+            return json.loads(self.manifest_file(sha).read_text())
+        except (OSError, ValueError):
+            return None
+
     def manifests(self) -> list[dict]:
         if not self.manifest_dir.exists():
             return []
@@ -128,8 +135,9 @@ class Layout:
         ]
 
     def orphans(self) -> dict[str, list[Path]]:
-        """Data files with no manifest entry (left by a killed ingest), by sha16."""
-        committed = {m["sha256"][:16] for m in self.manifests()}
+        """Data files no manifest lists (left by a killed ingest, or a re-ingest's previous
+        generation after a crash), by sha16."""
+        listed = {str(self.root / rel) for m in self.manifests() for rel in m.get("files", [])}
         found: dict[str, list[Path]] = {}
         for table in TABLES:
             d = self.table_dir(table)
@@ -137,7 +145,7 @@ class Layout:
                 continue
             for p in d.rglob("part-*.parquet"):
                 m = PART_RE.match(p.name)
-                if m and m.group(1) not in committed:
+                if m and str(p) not in listed:
                     found.setdefault(m.group(1), []).append(p)
         return found
 

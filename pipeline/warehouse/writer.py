@@ -109,7 +109,9 @@ class StagedWrite:
         writer, _ = self._writers[key]
         writer.write_table(to_arrow(df, table), row_group_size=1 << 20)
 
-    def commit(self, manifest_entry: dict, sha: str | None = None) -> list[str]:
+    def commit(
+        self, manifest_entry: dict, sha: str | None = None, generation: int = 0
+    ) -> list[str]:
         """Move staged files into place, then write the manifest entry (the commit point).
 
         The caller holds the lock of ``sha[:16]`` (its orphans and ours share file names).
@@ -121,7 +123,9 @@ class StagedWrite:
         moves = []
         for writer, folder in self._writers.values():
             writer.close()
-            moves.append((folder, f"{folder}/{self.layout.part_name(sha, 0)}"))
+            # A re-ingest writes a new generation beside the committed one (other file names),
+            # so readers see the old manifest's files or the new one's, never a mix.
+            moves.append((folder, f"{folder}/{self.layout.part_name(sha, generation)}"))
         rels = [rel for _, rel in moves]
         _crash_point("before_commit")
         for i, (folder, rel) in enumerate(moves):
