@@ -8,7 +8,7 @@ BASE := $(VENV)/.installed-base
 FULL := $(VENV)/.installed-full
 WAREHOUSE ?= warehouse
 
-.PHONY: venv venv-full demo test lint fmt browser bench accuracy clean
+.PHONY: venv venv-full demo test lint fmt browser bench accuracy clean conformance
 
 # The runtime alone (what `make demo` needs), then the test and Spark extras on top.
 $(BASE): pyproject.toml
@@ -53,6 +53,13 @@ demo: venv
 	  --baseline "gpu = 'H100-SXM' AND model = 'meta-llama/Llama-3.1-8B'" \
 	  --candidate "gpu = 'A100-80GB' AND model = 'meta-llama/Llama-3.1-8B'"
 	$(BIN)/pipeline report --warehouse $(WAREHOUSE) --out reports/
+
+# The clients people install today (AIPerf, GuideLLM from PyPI, in .conformance/), run for real
+# against bench/mock_openai_server.py, read back with `ingest --strict`, compared with their own
+# summaries. Not in `make test`: the clients' installs (GuideLLM pulls torch) take longer than
+# its budget. Results in docs/formats.md.
+conformance: venv
+	$(BIN)/python bench/conformance.py
 
 bench: venv
 	$(BIN)/python bench/bench_ingest.py

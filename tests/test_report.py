@@ -321,3 +321,9 @@ def test_above_100_percent_shows_its_evidence():
     assert "1 bucket(s) above 100 %" in html and "decode bucket 8.0 (40 requests)" in html
     assert "MBU 170.0 %" in html and "assuming 1 x H100-SXM, batch 8.0" in html
     assert _evidence(pts.with_columns(pl.lit(0.9).alias("mbu"))) == ""
+
+
+def test_series_colours_are_twenty_distinct_and_tables_scroll(page):
+    _, html, _ = page
+    assert '"scheme": "tableau20"' in html or '"scheme":"tableau20"' in html  # 20 series colours
+    assert ".table-wrap{overflow-x:auto}" in html  # wide tables scroll instead of being cut off

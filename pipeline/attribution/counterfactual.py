@@ -16,7 +16,11 @@ through :func:`pipeline.sim.simulate` -- the engine the generator uses -- with:
 
 * prompt/output lengths: each request keeps its rank and takes the other slice's value at that
   quantile (so the joint prompt-output ranks and the arrival order are kept);
-* load: inter-arrival gaps scaled by rate_baseline / rate_candidate;
+* load: the offered load as *utilisation* of the serving deployment's capacity (the slice's rate
+  over the requests per second its own deployment completes when every request waits at t = 0):
+  a coalition runs at the load slice's utilisation of the coalition's capacity, so swapping the
+  hardware keeps a deployment as busy as it was instead of pushing a slower one past
+  saturation (the arrivals' gaps are scaled to that rate);
 * model: the other model's size (layers, widths, parameters) with this coalition's KV-head ratio;
 * the rest: the other slice's values in the StepCost and EngineConfig.
 
@@ -215,6 +219,10 @@ class Coalition:
     src: dict[str, Slice]  # factor -> slice it takes its value from
 
 
+# A raw-rate counterfactual at or above this share of a deployment's capacity is saturated.
+SATURATION = 0.9
+
+
 class Game:
     """Evaluate coalitions of one baseline/candidate pair; results are cached by mask."""
 
@@ -222,6 +230,8 @@ class Game:
         self.b, self.c, self.active = b, c, active
         self.notes: list[str] = []
         self._cache: dict[int, np.ndarray] = {}
+        self._caps: dict[tuple[int, ...], float] = {}
+        self._by_util: bool | None = None
 
     def coalition(self, mask: int) -> dict[str, Slice]:
         return {
@@ -233,6 +243,20 @@ class Game:
         if mask not in self._cache:
             self._cache[mask] = self._simulate(self.coalition(mask))
         return self._cache[mask]
+
+    @property
+    def by_utilisation(self) -> bool:
+        """Whether some coalition at its load slice's raw rate would run past saturation."""
+        if self._by_util is None:
+            k = len(self.active)
+            worst = max(
+                self.coalition(m)["load"].rate / self._capacity(self.coalition(m))
+                for m in range(1 << k)
+            )
+            self._by_util = bool(worst >= SATURATION)
+            if self._by_util:
+                self._load_notes(worst)
+        return self._by_util
 
     def values(self) -> np.ndarray:
         """Calibrated value of every coalition, shape (2^k, len(METRICS))."""
@@ -248,9 +272,8 @@ class Game:
         return raw + np.where(eff[:, None], resid_c, resid_b)
 
     # -- one simulation ------------------------------------------------------------------------
-    def _workload(self, s: dict[str, Slice]) -> tuple[np.ndarray, ...]:
+    def _lengths(self, s: dict[str, Slice]) -> tuple[np.ndarray, ...]:
         b = self.b
-        arrival = b.base_arrival * (b.rate / s["load"].rate)
         prompt = b.base_prompt if s["prompt"] is b else _qmap(b.base_prompt, s["prompt"].prompt)
         cached = b.base_cached
         if s["prompt"] is not b:
@@ -258,13 +281,60 @@ class Game:
             cached = np.floor(frac * prompt)
         output = b.base_output if s["output"] is b else _qmap(b.base_output, s["output"].output)
         return (
-            arrival,
             np.maximum(prompt, 1).astype(np.int64),
             np.maximum(output, 1).astype(np.int64),
             cached.astype(np.int64),
         )
 
+    def utilisation(self, sl: Slice) -> float:
+        """A slice's offered load as a share of its own deployment's capacity (its rate over
+        the requests per second it completes with every request waiting at t = 0)."""
+        # The candidate's lengths are mapped onto the baseline's requests (as in every coalition).
+        return sl.rate / self._capacity({f: sl for f in FACTORS})
+
+    def _capacity(self, s: dict[str, Slice]) -> float:
+        """Requests per second the coalition's deployment sustains on its workload: with the
+        batch B full (max_num_seqs, or the KV capacity over the mean context), each second
+        holds the arrivals' prefills and their decode steps shared by B sequences:
+        1 / (prefill(mean prompt) + mean output x decode_step(B) / B). Analytic, so it does not
+        depend on how many requests the replay takes (a burst's makespan would)."""
+        key = tuple(id(s[f]) for f in FACTORS if f not in ("load",))
+        if key not in self._caps:
+            prompt, output, cached = self._lengths(s)
+            prompt, output, cached, config, cost = self._setup(s, prompt, output, cached)
+            p = float(np.mean(prompt - cached))
+            ctx = float(np.mean(prompt + output / 2.0))
+            batch = max(1.0, min(config.max_num_seqs, config.kv_capacity_tokens / max(ctx, 1.0)))
+            new_tokens = p
+            prefill = cost.prefill.time_of(
+                new_tokens, 1, new_tokens * (float(np.mean(cached)) + p / 2), p, p * p
+            )
+            step = cost.decode.time_of(batch, batch, batch * ctx, batch * ctx, 0.0)
+            per_request = prefill + float(np.mean(output)) * step / batch
+            self._caps[key] = 1.0 / per_request if per_request > 0 else math.inf
+        return self._caps[key]
+
     def _simulate(self, s: dict[str, Slice]) -> np.ndarray:
+        b = self.b
+        prompt, output, cached = self._lengths(s)
+        # Load is the load slice's raw rate, unless that would push some coalition's deployment
+        # past saturation; then it is utilisation of each deployment's capacity (the rule of
+        # docs/attribution.md): an A100 at an H100's rate is an ever-growing queue whose TTFT
+        # depends on how long the replay runs, and the split between load and hardware explodes.
+        if self.by_utilisation:
+            rate = self.utilisation(s["load"]) * self._capacity(s)
+        else:
+            rate = s["load"].rate
+        arrival = b.base_arrival * (b.rate / rate) if rate > 0 else b.base_arrival
+        setup = self._setup(s, prompt, output, cached)
+        prompt, output, cached, config, cost = setup
+        res = simulate(arrival, prompt, output, config, cost, cached_tokens=cached)
+        return sim_metrics(arrival, output, res.first_token, res.finish)
+
+    def _setup(
+        self, s: dict[str, Slice], prompt: np.ndarray, output: np.ndarray, cached: np.ndarray
+    ) -> tuple[Any, ...]:
+        """Lengths (clipped to the KV capacity), engine config and step costs of a coalition."""
         size = catalog.model(s["model"].key.model)
         model = hybrid_model(size, catalog.model(s["attention"].key.model))
         hw = s["hardware"].key
@@ -289,7 +359,6 @@ class Game:
                 seq_overhead=p.seq_overhead,
             )
 
-        arrival, prompt, output, cached = self._workload(s)
         max_seqs, mbt, chunked = _batching(s["batching"].key)
         try:
             kv = kv_capacity_tokens(
@@ -322,15 +391,25 @@ class Game:
             max_batched_tokens=mbt,
             chunked_prefill=chunked,
         )
-        res = simulate(
-            arrival,
-            prompt,
-            output,
-            config,
-            MixedCost(cost("prefill"), cost("decode")),
-            cached_tokens=cached,
+        return prompt, output, cached, config, MixedCost(cost("prefill"), cost("decode"))
+
+    def _load_notes(self, worst: float) -> None:
+        parts = []
+        for sl in (self.b, self.c):
+            u, cap = self.utilisation(sl), self._capacity({f: sl for f in FACTORS})
+            parts.append(f"{sl.name} {sl.rate:.3g} req/s = {u:.0%} of its capacity {cap:.3g} req/s")
+            if u >= 1.0:
+                self._note(
+                    f"the {sl.name} was offered more than its estimated capacity ({u:.0%}): its "
+                    "queue grew during the log, so its TTFT depends on how long it ran"
+                )
+        self._note(
+            f"at the other slice's raw rate a counterfactual deployment would run at {worst:.0%} "
+            "of its capacity (past saturation: a queue that only grows), so load enters as "
+            "utilisation of each deployment's capacity (docs/attribution.md): "
+            + "; ".join(parts)
+            + ". Each coalition runs at its load slice's utilisation of its own capacity."
         )
-        return sim_metrics(arrival, output, res.first_token, res.finish)
 
     def _note(self, msg: str) -> None:
         if msg not in self.notes:

@@ -180,7 +180,14 @@ class Context:
     # -- charts ----------------------------------------------------------------------------
     def chart(self, chart: alt.TopLevelMixin, title: str = "") -> str:
         """Register an Altair chart; returns the <div> it will be drawn into."""
-        spec = chart.configure_legend(labelLimit=360).configure_axis(labelLimit=360).to_dict()
+        # Twenty distinct series colours (Vega's tableau20) instead of category10's ten, so that
+        # twelve deployments never share a colour.
+        spec = (
+            chart.configure_legend(labelLimit=360)
+            .configure_axis(labelLimit=360)
+            .configure_range(category={"scheme": "tableau20"})
+            .to_dict()
+        )
         n = sum(len(v) for v in spec.get("datasets", {}).values())
         if n > MAX_POINTS:
             raise ValueError(

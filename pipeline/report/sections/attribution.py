@@ -17,10 +17,30 @@ from pipeline.report.html import Col, Section, esc, pct, sci, table
 MAX_METRICS = 4
 
 
+# Unit of each metric the attribution writes (pipeline/attribution/compare.py METRICS).
+UNITS = {"ttft_mean": "s", "ttft_p90": "s", "tpot_mean": "s/token", "output_throughput": "tokens/s"}
+_LABEL_CHARS = 48
+
+
+def _labels(frame: pl.DataFrame) -> tuple[str, str]:
+    """The two ends as the user named them (--baseline / --candidate), else the periods."""
+
+    def named(col: str, fallback: str) -> str:
+        if col in frame.columns and frame[col].drop_nulls().len():
+            text = str(frame[col].drop_nulls()[0])
+            short = text if len(text) <= _LABEL_CHARS else text[: _LABEL_CHARS - 1] + "…"
+            return f"{col}: {short}"
+        return fallback
+
+    return named("baseline", "previous period"), named("candidate", "this period")
+
+
 def waterfall_frame(
     frame: pl.DataFrame, before: float | None = None, after: float | None = None
 ) -> pl.DataFrame:
-    """Bars of a waterfall: previous value, one step per factor, this period's value."""
+    """Bars of a waterfall: the baseline's value, one step per factor, the candidate's value
+    (by Shapley's efficiency the steps add up exactly, so it ends where the candidate is)."""
+    first, last = _labels(frame)
     if "contribution" in frame.columns:
         contrib = frame["contribution"].cast(pl.Float64)
     elif "share" in frame.columns and before is not None and after is not None:
@@ -31,7 +51,7 @@ def waterfall_frame(
         raise ValueError("an attribution frame needs a 'contribution' or a 'share' column")
     steps, level = [], before or 0.0
     if before is not None:
-        steps.append({"step": "previous period", "start": 0.0, "end": before, "kind": "level"})
+        steps.append({"step": first, "start": 0.0, "end": before, "kind": "level"})
     for factor, c in zip(frame["factor"].cast(pl.Utf8), contrib, strict=True):
         c = float(c or 0.0)
         steps.append(
@@ -40,7 +60,7 @@ def waterfall_frame(
         )  # fmt: skip
         level += c
     if after is not None:
-        steps.append({"step": "this period", "start": 0.0, "end": after, "kind": "level"})
+        steps.append({"step": last, "start": 0.0, "end": after, "kind": "level"})
     else:
         steps.append({"step": "total change", "start": 0.0, "end": level, "kind": "level"})
     out = pl.DataFrame(steps).with_row_index("order")
@@ -58,7 +78,7 @@ def render(ctx: Context, frame: pl.DataFrame, metric: str = "metric") -> str:
         .mark_bar()
         .encode(
             x=alt.X("step:N", sort=order, title=None, axis=alt.Axis(labelAngle=-30)),
-            y=alt.Y("start:Q", title=metric),
+            y=alt.Y("start:Q", title=f"{metric} ({UNITS.get(metric, 'metric units')})"),
             y2="end:Q",
             color=alt.Color(
                 "kind:N",
@@ -74,7 +94,7 @@ def render(ctx: Context, frame: pl.DataFrame, metric: str = "metric") -> str:
     )
     cols = [Col("factor", "factor")]
     if "contribution" in frame.columns:
-        cols.append(Col("contribution", "contribution", sci, True))
+        cols.append(Col("contribution", f"contribution ({UNITS.get(metric, '')})", sci, True))
     if "share" in frame.columns:
         cols.append(Col("share", "share of change", pct, True))
     return ctx.chart(chart, f"attribution of {metric}") + table(frame, cols)
@@ -88,7 +108,7 @@ def _scalar(frame: pl.DataFrame, col: str) -> float | None:
 
 
 def section_from_frame(ctx: Context, frame: pl.DataFrame | None) -> Section:
-    s = Section("attribution", "Attribution of the change since the previous period")
+    s = Section("attribution", "Attribution of the change between two slices")
     if frame is None or frame.is_empty():
         s.absent = "No attribution yet: `pipeline attribute` writes the attribution table."
         return s

@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.report.context import Context
-from pipeline.report.fitted import load_fitted
+from pipeline.report.fitted import deployment_key, load_fitted
 from pipeline.report.html import Section, esc
 from pipeline.report.physics import deployment
 from pipeline.report.sections.common import dropped_note, label_expr, top_series
@@ -43,7 +43,11 @@ def _lines(ctx: Context, df: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
                  "ms": dep.decode_floor_s(b, ctx_len) * 1000}
                 for b in grid
             ]  # fmt: skip
-        cost = fitted.decode.get((g["model"], g["gpu"]))
+        fit = fitted.get(
+            "decode",
+            deployment_key(g["model"], g["gpu"], g["gpu_count"], g["weight_dtype"], g["kv_dtype"]),
+        )  # the deployment's own fit: two fits that differ in TP or dtype never overwrite
+        cost = fit[0] if fit else None
         if cost is not None:
             ys = np.asarray(cost.decode_step_time(grid, grid * ctx_len), dtype=float)
             rows += [
