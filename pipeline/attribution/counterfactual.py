@@ -43,6 +43,7 @@ import polars as pl
 from pipeline import catalog
 from pipeline.fit.core import FittedModel, GroupKey, PhaseFit
 from pipeline.physics import DecodeLines, StepCost
+from pipeline.schema.latency import latencies
 from pipeline.sim import EngineConfig, kv_capacity_tokens, simulate
 
 FACTORS = (
@@ -108,9 +109,8 @@ def observed_metrics(df: pl.DataFrame) -> np.ndarray:
 def sim_metrics(
     arrival: np.ndarray, out: np.ndarray, first: np.ndarray, finish: np.ndarray
 ) -> np.ndarray:
-    ttft = first - arrival
-    dec = out > 1
-    tpot = (finish[dec] - first[dec]) / (out[dec] - 1)
+    lat = latencies(arrival, first, finish, out)
+    ttft, tpot = lat["ttft_s"], lat["tpot_s"][out > 1]
     span = float(np.nanmax(finish) - arrival.min())
     return np.array(
         [

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from pipeline.schema.latency import tpot_expr
 from pipeline.schema.record import RequestRecord
 from pipeline.schema.tables import REQUESTS
 
@@ -148,7 +149,7 @@ def _derive(df: pl.DataFrame, source_format: str, source_file: str) -> pl.DataFr
         prefill_s=ft - sch,
         ttft_s=ft - arr,
         decode_s=fin - ft,
-        tpot_s=pl.when(c("output_tokens") > 1).then((fin - ft) / (c("output_tokens") - 1)),
+        tpot_s=tpot_expr(ft, fin, c("output_tokens")),
         e2e_s=fin - arr,
         n_emissions=c("token_times").list.len().fill_null(0),
     ).with_columns(day=c("arrival_at").dt.strftime("%Y-%m-%d").fill_null("unknown"))

@@ -31,6 +31,7 @@ from pipeline.physics import kv_bytes_per_token
 from pipeline.replay.config import WhatIf
 from pipeline.replay.cost import CostChoice, Target, choose, choose_calibrated
 from pipeline.replay.workload import Workload
+from pipeline.schema.latency import latencies
 from pipeline.sim.cluster import Pool, PoolResult, simulate_pool
 from pipeline.sim.config import EngineConfig, kv_capacity_tokens
 
@@ -336,12 +337,8 @@ class ReplayResult:
 
     # -- metrics ----------------------------------------------------------------------------
     def metrics(self) -> dict[str, np.ndarray]:
-        arr, out = self.workload.arrival, self.workload.output
-        ttft = self.first_token - arr
-        e2e = self.finish - arr
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = np.where(out > 1, (self.finish - self.first_token) / (out - 1), NAN)
-        return {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e}
+        w = self.workload
+        return latencies(w.arrival, self.first_token, self.finish, w.output)
 
     def summary(self, slo_ttft: float | None = None, slo_tpot: float | None = None) -> dict:
         m = self.metrics()

@@ -95,9 +95,9 @@ def write(layout: Layout, res: ReplayResult, run_id: str, key: str) -> dict[str,
     layout.ensure()
     if layout.manifest_file(key).exists():
         return {"status": "already", "run_id": run_id}
-    with layout.lock(key[:16]) as got:
-        if not got:
-            return {"status": "busy", "run_id": run_id}
+    # The commit protocol of ingest (pipeline/ingest/run.py): wait for the content's lock (a
+    # concurrent writer of the same replay finishes first), then re-check the manifest.
+    with layout.lock(key[:16], blocking=True):
         if layout.manifest_file(key).exists():
             return {"status": "already", "run_id": run_id}
         for orphan in layout.data_files_of(key[:16]):
