@@ -93,3 +93,21 @@ def test_distserve_runs_equal_their_summary_blocks(tmp_path: Path) -> None:
         assert span[0] * 1e3 == pytest.approx(want["test_duration_ms"], rel=1e-3), name
         assert span[1] * 1e3 == pytest.approx(want["avg_per_token_latency_ms"], rel=1e-3), name
         assert row["requests"] / span[0] == pytest.approx(want["request_throughput"], rel=1e-3)
+
+
+def test_report_parity_puts_our_figures_beside_the_tools(shared, tmp_path: Path) -> None:
+    """queries/report_parity.sql (the report's parity table): mean TTFT recomputed from the
+    per-request rows equals the client's own summary, per run."""
+
+    root = shared / "real_traces"
+    layout = Layout(tmp_path / "wh")
+    ingest_paths([root / "aiperf_0.13", root / "guidellm_0.8", root / "llmperf"], layout)
+    rows = run_named(connect(layout), load("report_parity", REPO / "queries")).to_pylist()
+    means = {(r["tool"], r["run_id"]): r for r in rows if r["metric"] == "ttft_mean"}
+    tools = sorted({t for t, _ in means})
+    assert tools == ["aiperf_aggregate", "guidellm", "llmperf"]
+    for (tool, run), r in means.items():
+        assert r["ours_s"] is not None and r["requests"] > 0, (tool, run)
+        # GuideLLM and AIPerf store float32-rounded times: agreement to 1e-5 relative.
+        assert abs(r["difference"]) < 1e-5, (tool, run, r)
+    assert sum(1 for t, _ in means if t == "guidellm") == 4

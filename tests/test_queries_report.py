@@ -509,3 +509,19 @@ def test_report_decode_batch_never_merges_runs_that_share_a_server(tmp_path):
     ]  # fmt: skip
     rows = _rows(_con(tmp_path, recs), "report_decode_batch", bin_s=1.0)
     assert [(r["batch_mean"], r["requests"]) for r in rows] == [(3.0, 6)]
+
+
+def test_report_distributions_quantiles(tmp_path):
+    import numpy as np
+
+    ttfts = [0.1, 0.2, 0.3, 0.4, 1.0]
+    recs = [timed(i, t, 0.01, 3, prompt=100 * (i + 1)) for i, t in enumerate(ttfts)]
+    rows = {r["metric"]: r for r in _rows(_con(tmp_path, recs), "report_distributions")}
+    assert set(rows) >= {"ttft", "tpot", "e2e", "prompt_tokens", "output_tokens"}
+    from pipeline.report.sections.distributions import PS
+
+    got = [rows["ttft"][f"q{i:02d}"] for i in range(len(PS))]
+    want = np.percentile(ttfts, [100 * p for p in PS])  # linear interpolation, as metrics.md
+    assert got == pytest.approx(want, abs=EPS)
+    assert rows["prompt_tokens"]["q06"] == pytest.approx(300.0)  # the median prompt
+    assert rows["ttft"]["n"] == 5

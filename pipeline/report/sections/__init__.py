@@ -4,6 +4,8 @@ from __future__ import annotations
 
 ORDER = (
     "headline",
+    "parity",
+    "distributions",
     "changes",
     "ttft_prompt",
     "ttft_breakdown",
