@@ -2,7 +2,7 @@
 -- Ours: linear-interpolation percentiles of successful requests (metrics.md); GuideLLM's are
 -- nearest-rank, so its percentiles may differ by one request's gap. GuideLLM's TPOT includes the
 -- TTFT and is not compared. A summary-only run (no per-request rows) shows its figure alone.
-WITH map AS (
+WITH names AS (
     SELECT 'mean_ttft_ms' AS metric, 'ttft_mean' AS ours, 0.001 AS scale
     UNION ALL SELECT 'median_ttft_ms', 'ttft_p50', 0.001
     UNION ALL SELECT 'p90_ttft_ms', 'ttft_p90', 0.001
@@ -60,10 +60,10 @@ o AS (
     GROUP BY run_id
 ),
 t AS (
-    SELECT s.run_id, s.source_format AS tool, map.ours AS metric, s.metric AS tool_metric,
-        s.value * map.scale AS theirs_s
+    SELECT s.run_id, s.source_format AS tool, names.ours AS metric, s.metric AS tool_metric,
+        s.value * names.scale AS theirs_s
     FROM run_summaries AS s
-    JOIN map ON map.metric = s.metric
+    JOIN names ON names.metric = s.metric
 )
 SELECT
     t.run_id,
