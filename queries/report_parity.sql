@@ -64,38 +64,32 @@ t AS (
         s.value * names.scale AS theirs_s
     FROM run_summaries AS s
     JOIN names ON names.metric = s.metric
+),
+paired AS (
+    SELECT
+        t.run_id,
+        t.tool,
+        t.metric,
+        t.tool_metric,
+        o.requests,
+        CASE t.metric
+            WHEN 'ttft_mean' THEN o.ttft_mean
+            WHEN 'ttft_p50' THEN o.ttft_p50
+            WHEN 'ttft_p90' THEN o.ttft_p90
+            WHEN 'ttft_p99' THEN o.ttft_p99
+            WHEN 'tpot_mean' THEN o.tpot_mean
+            WHEN 'tpot_p50' THEN o.tpot_p50
+            WHEN 'tpot_p99' THEN o.tpot_p99
+            WHEN 'e2e_mean' THEN o.e2e_mean
+            WHEN 'e2e_p50' THEN o.e2e_p50
+            WHEN 'e2e_p90' THEN o.e2e_p90
+        END AS ours_s,
+        t.theirs_s
+    FROM t
+    LEFT JOIN o ON o.run_id = t.run_id
 )
 SELECT
-    t.run_id,
-    t.tool,
-    t.metric,
-    t.tool_metric,
-    o.requests,
-    CASE t.metric
-        WHEN 'ttft_mean' THEN o.ttft_mean
-        WHEN 'ttft_p50' THEN o.ttft_p50
-        WHEN 'ttft_p90' THEN o.ttft_p90
-        WHEN 'ttft_p99' THEN o.ttft_p99
-        WHEN 'tpot_mean' THEN o.tpot_mean
-        WHEN 'tpot_p50' THEN o.tpot_p50
-        WHEN 'tpot_p99' THEN o.tpot_p99
-        WHEN 'e2e_mean' THEN o.e2e_mean
-        WHEN 'e2e_p50' THEN o.e2e_p50
-        WHEN 'e2e_p90' THEN o.e2e_p90
-    END AS ours_s,
-    t.theirs_s,
-    CASE t.metric
-        WHEN 'ttft_mean' THEN o.ttft_mean
-        WHEN 'ttft_p50' THEN o.ttft_p50
-        WHEN 'ttft_p90' THEN o.ttft_p90
-        WHEN 'ttft_p99' THEN o.ttft_p99
-        WHEN 'tpot_mean' THEN o.tpot_mean
-        WHEN 'tpot_p50' THEN o.tpot_p50
-        WHEN 'tpot_p99' THEN o.tpot_p99
-        WHEN 'e2e_mean' THEN o.e2e_mean
-        WHEN 'e2e_p50' THEN o.e2e_p50
-        WHEN 'e2e_p90' THEN o.e2e_p90
-    END / nullif(t.theirs_s, 0) - 1 AS difference
-FROM t
-LEFT JOIN o ON o.run_id = t.run_id
-ORDER BY t.run_id, t.metric, t.tool_metric
+    run_id, tool, metric, tool_metric, requests, ours_s, theirs_s,
+    ours_s / nullif(theirs_s, 0) - 1 AS difference
+FROM paired
+ORDER BY run_id, metric, tool_metric
