@@ -42,6 +42,10 @@ def test_recorded_scheduler_from_engine_and_version() -> None:
         "vllm-v0"
     )
     assert recorded_scheduler(Deployment("m", "g", engine="sglang")) == "sglang"
+    # Our own generator's traces: mixed chunked prefill, i.e. V1's scheduler.
+    assert recorded_scheduler(Deployment("m", "g", engine="sim", chunked_prefill=True)) == (
+        "vllm-v1"
+    )
     assert recorded_scheduler(Deployment("m", "g", engine="tgi", engine_version="2.0")) is None
 
 
@@ -52,6 +56,8 @@ def test_engine_config_defaults_and_recorded_limits() -> None:
     assert (v0.max_batched_tokens, v0.chunked_prefill, v0.mixed_prefill) == (4096, False, False)
     v1 = engine_config("vllm-v1", Deployment("m", "g"), 50_000, longest=4096)
     assert (v1.max_batched_tokens, v1.max_num_seqs, v1.chunked_prefill) == (8192, 256, True)
+    # V0's block manager keeps 1 % of the blocks free at admission; V1 has no watermark.
+    assert (v0.watermark_blocks, v1.watermark_blocks) == (31, 0)  # 3,125 blocks of 16
     with pytest.raises(ValueError, match="unknown scheduler"):
         engine_config("tgi", d, 50_000, 10)
 
@@ -87,7 +93,7 @@ def _ingest(tmp_path, paths, sets=None):
 @needs_shared
 def test_rtx4090_vllm019_whole_log_replayed(tmp_path) -> None:
     """The issue's target for this run: fitted from its whole log and replayed, median |error|
-    <= 10 % TTFT and <= 5 % TPOT over {p50, p90}; measured 1.6 % / 1.9 % (worst 2.2 / 3.5 %)."""
+    <= 10 % TTFT and <= 5 % TPOT over {p50, p90}; measured 1.4 % / 1.1 % (worst 1.8 / 2.2 %)."""
     deps = _ingest(tmp_path, [RTX])
     ((dep, runs),) = deps.runs.items()
     assert (dep.engine_version, dep.max_batched_tokens, runs[0].kv_tokens) == (
@@ -115,9 +121,10 @@ def test_rtx4090_vllm019_whole_log_replayed(tmp_path) -> None:
 @needs_shared
 def test_distserve_vllm_leave_one_run_out(tmp_path) -> None:
     """DistServe's vLLM OPT-13B runs (1-4 req/s, A100-80GB), each replayed with a model fitted on
-    the other three. Measured (docs/accuracy.md): median |error| TTFT 13.8 %, TPOT 15.2 %; worst
-    67.8 % (p90 TTFT at 3 req/s, at the KV cliff) and 21.8 %. The issue's target (10 % / 5 %) is
-    NOT met: the tolerances pin today's figures so that no change makes them worse unnoticed."""
+    the other three. Measured (docs/accuracy.md): median |error| TTFT 10.9 %, TPOT 4.9 %; worst
+    42.7 % (p90 TTFT at 3 req/s, at the KV cliff) and 14.9 % (the 2 req/s run, recorded ~1.5 h
+    after the others and ~15 % slower throughout). The TPOT median meets the issue's 5 %; the
+    TTFT median (10 %) and the worst-run bounds do not. Pinned at today's figures."""
     files = sorted(DS.glob("vllm-*.exp.txt"))
     sets = {"model": "facebook/opt-13b", "gpu": "A100-80GB", "gpu_count": 1,
             "weight_dtype": "fp16", "kv_dtype": "fp16"}  # fmt: skip
@@ -128,17 +135,17 @@ def test_distserve_vllm_leave_one_run_out(tmp_path) -> None:
     # No version recorded: the fit infers the scheduler, and V0 (what ran) explains it best.
     assert cals[0].scheduler_source == "inferred" and cals[0].scheduler == "vllm-v0"
     s = summary(rows, "leave-one-run-out")
-    assert s["ttft_median_abs_error"] < 0.15 and s["tpot_median_abs_error"] < 0.16
-    assert s["ttft_worst_abs_error"] < 0.69 and s["tpot_worst_abs_error"] < 0.23
+    assert s["ttft_median_abs_error"] < 0.115 and s["tpot_median_abs_error"] < 0.05
+    assert s["ttft_worst_abs_error"] < 0.44 and s["tpot_worst_abs_error"] < 0.155
 
 
 @needs_shared
 def test_distserve_disaggregated_leave_one_run_out(tmp_path) -> None:
     """DistServe's own runs (prefill TP2 + decode TP1, 3-9 req/s), described by the shipped run
     manifest's [disaggregation] keys and calibrated as such. Measured (docs/accuracy.md): in
-    sample median |error| TTFT 4.6 %, TPOT 4.7 % (worst 7.9 / 21.8 %); held out TTFT 6.5 %,
-    TPOT 28.8 %, worst TPOT 320 % (p90 at 6 req/s: the decode instance's KV cliff, fitted on
-    the 3 and 9 req/s runs). Pinned at today's figures."""
+    sample median |error| TTFT 2.4 %, TPOT 1.6 % (worst 5.7 / 7.1 %); held out TTFT 7.2 %,
+    TPOT 8.4 % (worst 15.6 / 16.9 %): the TTFT targets (10 % / 25 %) are met, the TPOT ones
+    (5 % / 10 %) are not. Pinned at today's figures."""
     from tests.conftest import REPO
 
     layout = Layout(tmp_path / "wh")
@@ -153,10 +160,11 @@ def test_distserve_disaggregated_leave_one_run_out(tmp_path) -> None:
     # The decode instance's KV lands inside one A100-80GB's sizing range (50-100 % of it).
     assert 30_000 < cals[0].kv_tokens < 66_000
     s = summary(rows, "in-sample")
-    assert s["ttft_median_abs_error"] < 0.05 and s["tpot_median_abs_error"] < 0.05
-    assert s["ttft_worst_abs_error"] < 0.08 and s["tpot_worst_abs_error"] < 0.22
+    assert s["ttft_median_abs_error"] < 0.03 and s["tpot_median_abs_error"] < 0.02
+    assert s["ttft_worst_abs_error"] < 0.06 and s["tpot_worst_abs_error"] < 0.075
     s = summary(rows, "leave-one-run-out")
-    assert s["ttft_median_abs_error"] < 0.07 and s["tpot_median_abs_error"] < 0.29
+    assert s["ttft_median_abs_error"] < 0.075 and s["tpot_median_abs_error"] < 0.09
+    assert s["ttft_worst_abs_error"] < 0.16 and s["tpot_worst_abs_error"] < 0.175
 
 
 def test_manifest_disaggregation_is_checked(tmp_path) -> None:
@@ -215,6 +223,51 @@ def test_schedules_worked_by_hand(scheduler, c_prompt, first, finish) -> None:
     res = simulate([0.0, 0.0, 1.5], [4, 4, c_prompt], [3, 2, 2], cfg, _OneSecond())
     assert res.first_token.tolist() == first
     assert res.finish.tolist() == finish
+
+
+def test_admission_watermark_worked_by_hand() -> None:
+    """100 one-token blocks; A (prompt 50) and B (prompt 45) arrive together, 1 s per step.
+    Without a watermark both prefill at [0,1] (95 <= 100 blocks) and A's decode finishes both at
+    [1,2]. With 10 % kept free, B needs 45 <= 100 - 50 - 10 and waits: A prefills at [0,1] and
+    decodes at [1,2] (freeing its 51 blocks), B prefills at [2,3] and decodes at [3,4]."""
+    from pipeline.sim.config import EngineConfig
+    from pipeline.sim.engine import simulate
+
+    for watermark, first, finish in ((0.0, [1, 1], [2, 2]), (0.1, [1, 3], [2, 4])):
+        cfg = EngineConfig(
+            kv_capacity_tokens=100,
+            max_batched_tokens=128,
+            chunked_prefill=False,
+            mixed_prefill=False,
+            block_size=1,
+            admission_watermark=watermark,
+        )
+        for fast in (True, False):  # the closed-form decode runs honour it too
+            res = simulate([0.0, 0.0], [50, 45], [2, 2], cfg, _OneSecond(), fast=fast)
+            assert (res.first_token.tolist(), res.finish.tolist()) == (first, finish)
+
+
+def test_validation_does_not_depend_on_the_worker_count() -> None:
+    """The held-out calibrations run in worker processes; each is deterministic, so one worker
+    and two give the same rows (two small synthetic runs of Llama-3.1-8B on an H100)."""
+    from pipeline import catalog
+    from pipeline.physics import StepCost
+    from pipeline.sim.config import EngineConfig
+    from pipeline.sim.engine import simulate
+
+    rng = np.random.default_rng(7)
+    cost = StepCost(catalog.model("meta-llama/Llama-3.1-8B"), catalog.gpu("H100-SXM"), mfu=0.5,
+                    mbu=0.7, step_overhead=4e-3)  # fmt: skip
+    runs = []
+    for k, rate in enumerate((4.0, 8.0)):
+        arr = np.cumsum(rng.exponential(1 / rate, 40))
+        p, o = rng.integers(50, 400, 40), rng.integers(2, 60, 40)
+        res = simulate(arr, p, o, EngineConfig(kv_capacity_tokens=200_000), cost)
+        runs.append(Run(f"r{k}", arr, p, o, res.first_token - arr, res.finish - arr))
+    dep = Deployment("meta-llama/Llama-3.1-8B", "H100-SXM", engine="vllm", engine_version="0.19")
+    one, _ = validate_deployment(dep, runs, workers=1)
+    two, _ = validate_deployment(dep, runs, workers=2)
+    assert one == two and len(one) == 2 * 2 * 7  # in-sample + held out, 2 runs x 7 metrics
 
 
 @needs_shared
@@ -288,7 +341,7 @@ def test_profile_replay_beside_the_fit(tmp_path) -> None:
 def test_consistency_generator_trace_first_half_predicts_second(tmp_path) -> None:
     """CONSISTENCY, not accuracy: a trace our own generator wrote (sample_traces/, Llama-2-7B on
     an A100, far from its KV capacity), calibrated on its first half, replays the second half:
-    measured median |error| TTFT 2.6 %, TPOT 6.7 %. It once was +600 % TTFT, when a KV capacity
+    measured median |error| TTFT 2.3 %, TPOT 7.0 %. It once was +600 % TTFT, when a KV capacity
     known only as a lower bound was replayed as if it were the capacity."""
     from tests.conftest import REPO
 

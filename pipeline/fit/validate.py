@@ -10,7 +10,10 @@ what it predicts.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from typing import Any
 
@@ -64,43 +67,62 @@ def _metric_rows(
 
 
 def _first_half(run: Run) -> tuple[Run, np.ndarray]:
+    """The run with only its first half's outcomes visible (the second half is replayed as
+    load but never scored: its TTFT and E2E are NaN), and the mask of the second half."""
     cut = float(np.median(run.arrival))
     early = run.arrival <= cut
-    sub = replace(
-        run,
-        arrival=run.arrival[early],
-        prompt=run.prompt[early],
-        output=run.output[early],
-        ttft=run.ttft[early],
-        e2e=run.e2e[early],
-    )
-    return sub, ~early
+    return replace(run, scored=early), ~early
 
 
 def validate_deployment(
-    dep: Deployment, runs: list[Run], progress: Progress | None = None
+    dep: Deployment, runs: list[Run], progress: Progress | None = None, workers: int | None = None
 ) -> tuple[list[dict[str, Any]], list[Calibration]]:
-    """Validation rows (held-out and in-sample) and the calibrations fitted on the way."""
+    """Validation rows (held-out and in-sample) and the calibrations fitted on the way.
+
+    The calibrations are independent, so they run in ``workers`` processes (default: the CPUs
+    this process may use); each is deterministic, so the result does not depend on the count."""
     say = progress or (lambda _: None)
-    rows: list[dict[str, Any]] = []
-    say(f"{dep.label()}: calibrating on all {len(runs)} run(s)")
-    full = calibrate(runs, dep)
-    cals = [full]
-    for r in runs:
-        rows += _rows(dep, full, r, "in-sample")
     if len(runs) >= 2:
-        for i, r in enumerate(runs):
-            say(f"{dep.label()}: leaving out {r.run_id}")
-            cal = calibrate(runs[:i] + runs[i + 1 :], dep)
-            rows += _rows(dep, cal, r, "leave-one-run-out")
-            cals.append(cal)
+        train = [runs] + [runs[:i] + runs[i + 1 :] for i in range(len(runs))]
+        what = [f"calibrating on all {len(runs)} run(s)"]
+        what += [f"leaving out {r.run_id}" for r in runs]
     else:
         (r,) = runs
         first, later = _first_half(r)
-        say(f"{dep.label()}: fitting the first half of {r.run_id}")
-        cal = calibrate([first], dep)
-        rows += _rows(dep, cal, r, "second-half", later)
+        train = [runs, [first]]
+        what = ["calibrating on its whole run", f"fitting the first half of {r.run_id}"]
+    cals = _calibrations(dep, train, [f"{dep.label()}: {w}" for w in what], say, workers)
+    full = cals[0]
+    rows: list[dict[str, Any]] = []
+    for r in runs:
+        rows += _rows(dep, full, r, "in-sample")
+    if len(runs) >= 2:
+        for r, cal in zip(runs, cals[1:], strict=True):
+            rows += _rows(dep, cal, r, "leave-one-run-out")
+    else:
+        rows += _rows(dep, cals[1], runs[0], "second-half", later)
     return rows, cals
+
+
+def _calibrations(
+    dep: Deployment, train: list[list[Run]], what: list[str], say: Progress, workers: int | None
+) -> list[Calibration]:
+    n = min(len(train), workers or len(os.sched_getaffinity(0)))
+    # fork: spawn would re-import the caller's __main__ (a script without a main guard breaks).
+    # The children only run numpy, scipy and the pure-Python simulator, never DuckDB, whose
+    # threads the parent may hold.
+    if n <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        out = []
+        for runs, w in zip(train, what, strict=True):
+            say(w)
+            out.append(calibrate(runs, dep))
+        return out
+    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
+        jobs = zip(train, what, strict=True)
+        futures = {pool.submit(calibrate, runs, dep): w for runs, w in jobs}
+        for f in as_completed(futures):
+            say(f"{futures[f]}: done")
+        return [f.result() for f in futures]
 
 
 def summary(rows: list[dict[str, Any]], split: str) -> dict[str, float]:

@@ -33,7 +33,7 @@ from pipeline.replay.cost import CostChoice, Target, choose, choose_calibrated
 from pipeline.replay.workload import Workload
 from pipeline.schema.latency import latencies
 from pipeline.sim.cluster import Pool, PoolResult, simulate_pool
-from pipeline.sim.config import EngineConfig, kv_capacity_tokens
+from pipeline.sim.config import VLLM_V0_WATERMARK, EngineConfig, kv_capacity_tokens
 
 NAN = float("nan")
 PERCENTILES = (50, 90, 99)
@@ -172,15 +172,18 @@ def _engine_config(
             )
             mns = fit
         limit = reserve
+    mixed = s.mixed_prefill and by_cal != "vllm-v0"
     cfg = EngineConfig(
         kv_capacity_tokens=kv_tokens,
         max_num_seqs=mns,
         max_batched_tokens=mbt,
         chunked_prefill=chunked,
-        mixed_prefill=s.mixed_prefill and by_cal != "vllm-v0",
+        mixed_prefill=mixed,
         max_prefill_chunk=chunk,
         block_size=s.block_size,
         prefill_first=chunked and by_cal == "sglang",
+        # Prefill steps alone (V0's scheduler) come with V0's block manager and its watermark.
+        admission_watermark=VLLM_V0_WATERMARK if not (chunked or mixed) else 0.0,
     )
     limit = min(limit, (cfg.total_blocks) * cfg.block_size)
     if not chunked:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pipeline.catalog import GPU, Model
 from pipeline.physics import kv_bytes_per_token, kv_replication, weight_bytes
 
+VLLM_V0_WATERMARK = 0.01  # vLLM V0 BlockSpaceManager(watermark=0.01): blocks kept free at admission
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -27,6 +29,9 @@ class EngineConfig:
     kv_capacity_tokens: KV-cache slots across the replica, managed in paged blocks of
         ``block_size`` tokens; when a step cannot get a block the most recently admitted request is
         preempted and later recomputed (vLLM's preemption by recompute).
+    admission_watermark: share of the blocks an admission must leave free (vLLM V0's block
+        manager: ``watermark`` 0.01, so that running requests can grow before one is preempted;
+        V1 and SGLang admit down to the last block).
     """
 
     kv_capacity_tokens: int
@@ -37,6 +42,7 @@ class EngineConfig:
     max_prefill_chunk: int | None = None
     block_size: int = 16
     prefill_first: bool = False
+    admission_watermark: float = 0.0
 
     def __post_init__(self) -> None:
         if min(self.max_num_seqs, self.max_batched_tokens, self.block_size) < 1:
@@ -48,10 +54,16 @@ class EngineConfig:
             raise ValueError("with chunked prefill max_batched_tokens must be >= max_num_seqs")
         if self.max_prefill_chunk is not None and self.max_prefill_chunk < 1:
             raise ValueError("max_prefill_chunk must be >= 1")
+        if not 0.0 <= self.admission_watermark < 1.0:
+            raise ValueError("admission_watermark must lie in [0, 1)")
 
     @property
     def total_blocks(self) -> int:
         return self.kv_capacity_tokens // self.block_size
+
+    @property
+    def watermark_blocks(self) -> int:
+        return int(self.admission_watermark * self.total_blocks)
 
     @property
     def chunk_cap(self) -> int:

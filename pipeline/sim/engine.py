@@ -104,6 +104,7 @@ class _Engine:
             config.chunked_prefill or config.mixed_prefill
         )
         self.bs, self.total_blocks = config.block_size, config.total_blocks
+        self.watermark = config.watermark_blocks  # admissions leave these free (vLLM V0)
         self.arr = arr.tolist()
         self.order = np.argsort(arr, kind="stable").tolist()
         self.prompt, self.out, self.cached = prompt.tolist(), out.tolist(), cached.tolist()
@@ -233,7 +234,7 @@ class _Engine:
             todo = min(todo, budget, self.cfg.chunk_cap)
         elif todo > budget:
             return False
-        return self._blocks(self.done[r] + todo) <= free
+        return self._blocks(self.done[r] + todo) <= free - self.watermark
 
     def _partial_fits(self, budget: int) -> bool:
         """The oldest partial prefill's next chunk has its KV blocks free (chunked mode)."""
