@@ -117,6 +117,7 @@ def _calibrations(
             say(w)
             out.append(calibrate(runs, dep))
         return out
+    say(f"{dep.label()}: {len(train)} calibrations in {n} processes")
     with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
         jobs = zip(train, what, strict=True)
         futures = {pool.submit(calibrate, runs, dep): w for runs, w in jobs}
