@@ -10,13 +10,9 @@ WITH cm AS (
 req AS (
     SELECT
         r.*,
-        concat_ws('|', r.run_id, coalesce(r.model, '?'), coalesce(r.gpu, '?'),
-            coalesce(r.gpu_count, 1), coalesce(r.weight_dtype, 'bf16'),
-            coalesce(r.kv_dtype, 'bf16')) AS clock_domain,
+        concat_ws('|', r.run_id, r.deployment) AS clock_domain,
         coalesce(r.server, '?') AS srv,
-        coalesce(r.gpu_count, 1) AS gc,
-        coalesce(r.weight_dtype, 'bf16') AS wd,
-        coalesce(r.kv_dtype, 'bf16') AS kd
+        coalesce(r.gpu_count, 1) AS gc
     FROM requests AS r
     WHERE r.status = 'ok' AND r.prompt_tokens <= $max_context
 ),
@@ -50,12 +46,7 @@ pre AS (
         ) + cm.step_overhead + cm.seq_overhead AS fitted_s
     FROM req
     JOIN cm
-      ON cm.phase = 'prefill' AND cm.model = req.model AND cm.gpu = req.gpu
-     AND cm.gpu_count = req.gc AND cm.weight_dtype = req.wd AND cm.kv_dtype = req.kd
-     AND cm.max_num_seqs IS NOT DISTINCT FROM req.max_num_seqs
-     AND cm.max_batched_tokens IS NOT DISTINCT FROM req.max_batched_tokens
-     AND cm.chunked_prefill IS NOT DISTINCT FROM req.chunked_prefill
-     AND cm.attention IS NOT DISTINCT FROM req.attention
+      ON cm.phase = 'prefill' AND cm.deployment = req.deployment
     WHERE req.prefill_s IS NOT NULL AND req.prefill_s > 0
 ),
 ev AS (
@@ -106,12 +97,7 @@ dec AS (
     FROM req
     JOIN run ON run.run_id = req.run_id AND run.request_id = req.request_id AND run.delta = 1
     JOIN cm
-      ON cm.phase = 'decode' AND cm.model = req.model AND cm.gpu = req.gpu
-     AND cm.gpu_count = req.gc AND cm.weight_dtype = req.wd AND cm.kv_dtype = req.kd
-     AND cm.max_num_seqs IS NOT DISTINCT FROM req.max_num_seqs
-     AND cm.max_batched_tokens IS NOT DISTINCT FROM req.max_batched_tokens
-     AND cm.chunked_prefill IS NOT DISTINCT FROM req.chunked_prefill
-     AND cm.attention IS NOT DISTINCT FROM req.attention
+      ON cm.phase = 'decode' AND cm.deployment = req.deployment
 ),
 both_phases AS (
     SELECT 'prefill' AS phase, 'prompt_tokens' AS bucket_by, * FROM pre

@@ -7,9 +7,7 @@
 -- Buckets are half-octaves of that batch (1, 1.4, 2, 2.8, 4, ...). Context = prompt + output / 2.
 WITH ok AS (
     SELECT
-        concat_ws('|', run_id, coalesce(model, '?'), coalesce(gpu, '?'),
-            coalesce(gpu_count, 1), coalesce(weight_dtype, 'bf16'), coalesce(kv_dtype, 'bf16'))
-            AS clock_domain,
+        concat_ws('|', run_id, deployment) AS clock_domain,
         coalesce(server, '?') AS server,
         coalesce(model, '?') AS model,
         coalesce(gpu, '?') AS gpu,

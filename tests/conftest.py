@@ -7,9 +7,11 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from pipeline.schema.record import EXAMPLE_RECORD
+from pipeline.warehouse.arrow import polars_schema
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -24,6 +26,15 @@ def record(i: int = 0, **overrides: object) -> dict:
         r[k] = EXAMPLE_RECORD[k] + shift  # type: ignore[operator]
     r.update(overrides)
     return r
+
+
+def derived_frame(table: str, columns: dict[str, list]) -> pl.DataFrame:
+    """A frame of a derived table's declared schema: ``columns`` given, every other one null."""
+    schema = polars_schema(table)
+    n = len(next(iter(columns.values())))
+    return pl.DataFrame(
+        {c: columns.get(c, [None] * n) for c in schema}, schema=schema, strict=False
+    )
 
 
 def write_jsonl(path: Path, records: Iterable[dict | str]) -> Path:

@@ -12,6 +12,7 @@ from pipeline.fit import fit_warehouse
 from pipeline.fit.store import SCHEMA
 from pipeline.ingest.run import ingest_paths
 from pipeline.query.named import all_queries, load, run_named
+from pipeline.schema import deployment
 from pipeline.warehouse.derived import write_derived
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.views import connect
@@ -20,7 +21,8 @@ from tests.conftest import REPO, record, write_jsonl
 COST_QUERIES = ("cost_mfu_mbu", "cost_critical_batch", "cost_measured_vs_roofline")
 MODEL, GPU = "meta-llama/Llama-3.1-8B-Instruct", "H100-SXM"
 BASE = {
-    "model": MODEL, "gpu": GPU, "gpu_count": 1, "tp": 1, "max_num_seqs": 256,
+    "model": MODEL, "gpu": GPU, "gpu_count": 1, "engine": "vllm", "engine_version": "0.6.3",
+    "tp": 1, "max_num_seqs": 256,
     "max_batched_tokens": 8192, "chunked_prefill": True, "attention": "flash",
     "weight_dtype": "bf16", "kv_dtype": "bf16", "method": "tokens", "n": 100,
     "mfu": 0.5, "mbu": 0.5, "step_overhead": 0.002, "seq_overhead": 0.0,
@@ -30,6 +32,7 @@ BASE = {
 
 
 def _cost_models(layout: Layout, rows: list[dict]) -> None:
+    rows = [r | {"deployment": deployment.key_id(r)} for r in rows]
     write_derived(layout, "cost_models", pl.DataFrame(rows, schema=SCHEMA))
 
 

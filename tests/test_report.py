@@ -13,12 +13,14 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli import main
+from pipeline.fit import fit_warehouse, store
 from pipeline.report import Options, build_report
 from pipeline.report._testdata import EPOCH, XSS, Spec, make_warehouse
 from pipeline.report.context import MAX_POINTS
 from pipeline.warehouse.derived import write_derived
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.views import connect
+from tests.conftest import derived_frame
 
 DAY = 86400.0
 
@@ -194,23 +196,36 @@ def test_no_regression_for_the_same_traffic(tmp_path):
 
 
 def test_fitted_cost_models_are_drawn(tmp_path):
+    # The report reads cost_models through the fit's accessor: the fitted deployment gets its
+    # curve, a deployment whose model the catalog lacks is counted as skipped.
     layout = make_warehouse(tmp_path / "wh", tmp_path / "logs", [Spec(n=800, seed=3)])
-    write_derived(
-        layout,
-        "cost_models",
-        pl.DataFrame(
-            {
-                "model": ["meta-llama/Llama-3.1-8B-Instruct", "no-such-model"],
-                "gpu": ["H100-SXM", "H100-SXM"],
-                "mfu": [0.4, 0.5],
-                "mbu": [0.6, 0.7],
-                "step_overhead": [0.002, 0.0],
-            }
-        ),
+    fits = fit_warehouse(layout)
+    assert len(fits) == 2  # the test data's two deployments
+    frame = store.to_frame(fits)
+    alien = frame.with_columns(
+        pl.lit("no-such-model").alias("model"),
+        pl.col("deployment").str.replace(r"^[^|]*", "no-such-model"),
     )
+    write_derived(layout, "cost_models", pl.concat([frame, alien]))
     r = build_report(layout, tmp_path / "r")
-    assert r.summary["sections"]["ttft-prompt"]["fitted_curves"] == 1
+    assert r.summary["sections"]["ttft-prompt"]["fitted_curves"] == 2
+    assert r.summary["sections"]["ttft-prompt"]["fitted_ambiguous"] == 0
     assert "Dotted: the fitted prefill time" in r.path.read_text()
+
+
+def test_two_fits_on_one_report_key_draw_no_curve(tmp_path):
+    # Same model and GPU under another engine: two deployments on one model x GPU chart key.
+    # Drawing either would be a guess, so neither is drawn and the page says why.
+    layout = make_warehouse(tmp_path / "wh", tmp_path / "logs", [Spec(n=800, seed=3)])
+    frame = store.to_frame(fit_warehouse(layout))
+    other = frame.with_columns(
+        pl.lit("sglang").alias("engine"), (pl.col("deployment") + "-sglang").alias("deployment")
+    )
+    write_derived(layout, "cost_models", pl.concat([frame, other]))
+    r = build_report(layout, tmp_path / "r")
+    assert r.summary["sections"]["ttft-prompt"]["fitted_curves"] == 0
+    assert r.summary["sections"]["ttft-prompt"]["fitted_ambiguous"] == 2
+    assert "no fitted curve is drawn for them" in r.path.read_text()
 
 
 def test_attribution_and_claims_from_tables(tmp_path):
@@ -218,27 +233,29 @@ def test_attribution_and_claims_from_tables(tmp_path):
     write_derived(
         layout,
         "attribution",
-        pl.DataFrame(
+        derived_frame(
+            "attribution",
             {
                 "metric": ["ttft_p90_s"] * 3,
                 "factor": ["prompt length", "batch size", "<b>queue</b>"],
                 "contribution": [0.05, 0.02, -0.01],
                 "before": [0.20] * 3,
                 "after": [0.26] * 3,
-            }
+            },
         ),
     )
     write_derived(
         layout,
         "claims",
-        pl.DataFrame(
+        derived_frame(
+            "claims",
             {
                 "claim": ["TTFT grows with prompt length", "int8 raises max throughput"],
                 "verdict": ["supported", "refuted"],
                 "estimate": [0.9, 1.02],
                 "ci_low": [0.85, 0.97],
                 "ci_high": [0.95, 1.07],
-            }
+            },
         ),
     )
     r = build_report(layout, tmp_path / "r")

@@ -27,23 +27,9 @@ from pipeline.attribution.counterfactual import (
 from pipeline.attribution.per_request import load_requests
 from pipeline.attribution.shapley import shapley, two_way
 from pipeline.fit.core import FittedModel, GroupKey
+from pipeline.warehouse.arrow import polars_schema
 
-SCHEMA: dict[str, Any] = {
-    "metric": pl.Utf8(),
-    "unit": pl.Utf8(),
-    "factor": pl.Utf8(),
-    "block": pl.Utf8(),
-    "changed": pl.Boolean(),
-    "contribution": pl.Float64(),
-    "share": pl.Float64(),
-    "before": pl.Float64(),
-    "after": pl.Float64(),
-    "block_contribution": pl.Float64(),
-    "block_share": pl.Float64(),
-    "baseline": pl.Utf8(),
-    "candidate": pl.Utf8(),
-    "method": pl.Utf8(),
-}
+SCHEMA: dict[str, Any] = polars_schema("attribution")  # pipeline/schema/derived.py
 KEY_COLS = [f"k_{n}" for n in GroupKey._fields]
 REQUIRED = {
     "prompt_tokens": ("prompt",),

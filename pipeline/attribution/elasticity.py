@@ -14,6 +14,8 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
+from pipeline.warehouse.arrow import polars_schema
+
 MIN_N = 10
 
 
@@ -53,19 +55,7 @@ def ols(y: np.ndarray, xs: dict[str, np.ndarray]) -> dict[str, dict[str, float]]
     return out
 
 
-SCHEMA: dict[str, Any] = {
-    "gpu": pl.Utf8(),
-    "model": pl.Utf8(),
-    "metric": pl.Utf8(),
-    "regressor": pl.Utf8(),
-    "controls": pl.Utf8(),
-    "elasticity": pl.Float64(),
-    "ci_low": pl.Float64(),
-    "ci_high": pl.Float64(),
-    "std_error": pl.Float64(),
-    "n": pl.Int64(),
-    "r2": pl.Float64(),
-}
+SCHEMA: dict[str, Any] = polars_schema("attribution_elasticities")  # pipeline/schema/derived.py
 
 
 def _logs(df: pl.DataFrame, cols: list[str]) -> pl.DataFrame:

@@ -38,49 +38,14 @@ from pipeline import catalog
 from pipeline.attribution.windows import decode_means, in_flight_at_arrival
 from pipeline.fit.core import FittedModel, GroupKey
 from pipeline.physics import StepCost, StepWork
+from pipeline.schema import deployment
+from pipeline.warehouse.arrow import polars_schema
 
-# Group columns as `pipeline fit` forms them (pipeline.fit.run.KEY_SQL, GroupKey order).
-KEY_SQL = (
-    "model",
-    "gpu",
-    "coalesce(gpu_count, 1)",
-    "max_num_seqs",
-    "max_batched_tokens",
-    "chunked_prefill",
-    "attention",
-    "coalesce(weight_dtype, 'bf16')",
-    "coalesce(kv_dtype, 'bf16')",
-)
+# Group columns as `pipeline fit` forms them (the deployment key, GroupKey order).
+KEY_SQL = tuple(deployment.sql_columns())
 DOMAIN_SQL = "CASE WHEN clock = 'unix' THEN '' ELSE run_id END || '|' || coalesce(server, '?')"
 
-SCHEMA: dict[str, Any] = {
-    "run_id": pl.Utf8(),
-    "request_id": pl.Utf8(),
-    "model": pl.Utf8(),
-    "gpu": pl.Utf8(),
-    "gpu_count": pl.Int32(),
-    "prompt_tokens": pl.Int64(),
-    "output_tokens": pl.Int64(),
-    "load": pl.Float64(),
-    "ttft_s": pl.Float64(),
-    "ttft_queue_s": pl.Float64(),
-    "ttft_prefill_compute_s": pl.Float64(),
-    "ttft_rest_s": pl.Float64(),
-    "ttft_rest_covers": pl.Utf8(),
-    "decode_s": pl.Float64(),
-    "tpot_s": pl.Float64(),
-    "decode_steps": pl.Int64(),
-    "decode_batch": pl.Float64(),
-    "decode_context": pl.Float64(),
-    "decode_weights_s": pl.Float64(),
-    "decode_kv_s": pl.Float64(),
-    "decode_compute_s": pl.Float64(),
-    "decode_overhead_s": pl.Float64(),
-    "decode_interference_s": pl.Float64(),
-    "decode_rest_covers": pl.Utf8(),
-    "fitted": pl.Boolean(),
-    "model_params": pl.Int64(),
-}
+SCHEMA: dict[str, Any] = polars_schema("attribution_requests")  # pipeline/schema/derived.py
 
 TTFT_PARTS = ("ttft_queue_s", "ttft_prefill_compute_s", "ttft_rest_s")
 DECODE_PARTS = (

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, make_dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -39,6 +39,7 @@ from scipy.optimize import minimize
 
 from pipeline import catalog
 from pipeline.physics import StepCost, kv_bytes_per_token
+from pipeline.schema import deployment as deployment_key
 from pipeline.sim.config import VLLM_V0_WATERMARK, EngineConfig, kv_capacity_tokens
 from pipeline.sim.engine import simulate
 
@@ -63,29 +64,30 @@ SCALE = np.array([0.1, 0.1, 0.2, 3e-3, 2e-4, 0.05])
 PERCENTILES = (50.0, 90.0)
 
 
-@dataclass(frozen=True)
-class Deployment:
-    """What makes two runs the same server: model, hardware, engine and its limits."""
+def _disagg(self: Any) -> dict[str, float]:
+    return dict(self.disaggregation or ())
 
-    model: str
-    gpu: str
-    gpu_count: int = 1
-    engine: str | None = None
-    engine_version: str | None = None
-    max_num_seqs: int | None = None
-    max_batched_tokens: int | None = None
-    chunked_prefill: bool | None = None
-    weight_dtype: str = "bf16"
-    kv_dtype: str = "bf16"
-    # A disaggregated deployment's [disaggregation] keys (run manifest), as sorted pairs.
-    disaggregation: tuple[tuple[str, float], ...] | None = None
 
-    def disagg(self) -> dict[str, float]:
-        return dict(self.disaggregation or ())
+def _label(self: Any) -> str:
+    eng = " ".join(x for x in (self.engine, self.engine_version) if x)
+    return f"{self.model} on {self.gpu_count} x {self.gpu}" + (f" ({eng})" if eng else "")
 
-    def label(self) -> str:
-        eng = " ".join(x for x in (self.engine, self.engine_version) if x)
-        return f"{self.model} on {self.gpu_count} x {self.gpu}" + (f" ({eng})" if eng else "")
+
+# What makes two runs the same server: the deployment key's parts (pipeline/schema/deployment.py,
+# generated so that a new part needs no edit here), plus a disaggregated deployment's
+# [disaggregation] keys from its run manifest, as sorted pairs.
+Deployment = make_dataclass(
+    "Deployment",
+    [
+        (p.name, Any) if p.required else (p.name, Any, field(default=p.default))
+        for p in deployment_key.KEY
+    ]
+    + [("disaggregation", Any, field(default=None))],
+    frozen=True,
+    namespace={"disagg": _disagg, "label": _label},
+)
+Deployment.__doc__ = "One deployment: the key's parts, then its [disaggregation] keys."
+Deployment.__module__ = __name__  # so that worker processes can pickle it (validate's folds)
 
 
 @dataclass

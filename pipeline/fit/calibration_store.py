@@ -18,18 +18,13 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.fit.calibrate import Calibration, Deployment, Run
+from pipeline.schema import deployment as deployment_key
 from pipeline.schema.tables import arrow_schema
 from pipeline.warehouse.derived import write_derived
 from pipeline.warehouse.layout import Layout
 
 MIN_REQUESTS = 20
 TABLE = "calibration"
-_DEPLOYMENT_SQL = (
-    "model", "gpu", "coalesce(gpu_count, 1)", "engine", "engine_version", "max_num_seqs",
-    "max_batched_tokens", "chunked_prefill", "coalesce(weight_dtype, 'bf16')",
-    "coalesce(kv_dtype, 'bf16')",
-)  # fmt: skip
-_FIELDS = tuple(f for f in Deployment.__dataclass_fields__ if f != "disaggregation")
 
 
 @dataclass
@@ -40,7 +35,7 @@ class Deployments:
 
 def load_deployments(con: Any) -> Deployments:
     """Every run with a replayable clock, grouped by deployment (``con``: DuckDB connection)."""
-    cols = ", ".join(f"{sql} AS {name}" for sql, name in zip(_DEPLOYMENT_SQL, _FIELDS, strict=True))
+    cols = deployment_key.sql_select()
     df = pl.from_arrow(
         con.sql(
             f"""SELECT run_id, {cols}, t_arrival, ttft_s, e2e_s, prompt_tokens, output_tokens
@@ -69,7 +64,8 @@ def load_deployments(con: Any) -> Deployments:
             out.left_out.append((str(run_id), "no arrival times in this log"))
             continue
         # One deployment per run: its most common configuration (a run is one server set-up).
-        dep = Deployment(**{f: first[f] for f in _FIELDS}, disaggregation=disagg.get(str(run_id)))
+        key = {n: first[n] for n in deployment_key.NAMES}
+        dep = Deployment(**key, disaggregation=disagg.get(str(run_id)))
         out.runs.setdefault(dep, []).append(
             Run(
                 run_id=str(run_id),
@@ -113,13 +109,7 @@ def calibration_rows(cals: list[Calibration]) -> pa.Table:
     for c in cals:
         d = c.deployment
         base = {
-            "model": d.model,
-            "gpu": d.gpu,
-            "gpu_count": d.gpu_count,
-            "engine": d.engine,
-            "engine_version": d.engine_version,
-            "weight_dtype": d.weight_dtype,
-            "kv_dtype": d.kv_dtype,
+            **deployment_key.row(d),
             "scheduler": c.scheduler,
             "scheduler_source": c.scheduler_source,
             "runs": c.runs,
@@ -199,7 +189,7 @@ def load_calibrations(con: Any) -> list[StoredCalibration]:
     except Exception:  # no calibration table yet
         return []
     assert isinstance(df, pl.DataFrame)
-    keys = ["model", "gpu", "gpu_count", "weight_dtype", "kv_dtype", "engine", "engine_version"]
+    keys = [n for n in deployment_key.NAMES if n in df.columns]  # older tables: fewer parts
     out = []
     for _, g in df.group_by(keys, maintain_order=True):
         first = g.row(0, named=True)

@@ -19,6 +19,7 @@ import polars as pl
 from pipeline import catalog
 from pipeline.engines import as_engine
 from pipeline.physics import compute_dtype_for, critical_batch
+from pipeline.warehouse.arrow import polars_schema
 
 SUPPORTED, CONTRADICTED, UNKNOWN = "supported", "contradicted", "not enough data"
 N_BOOT = 300
@@ -325,14 +326,5 @@ def check_claims(con: Any, limit: int = MAX_ROWS) -> pl.DataFrame:
     rows = [check(df) for check in CHECKS]
     return pl.DataFrame(
         rows,
-        schema={
-            "claim": pl.Utf8,
-            "verdict": pl.Utf8,
-            "estimate": pl.Float64,
-            "ci_low": pl.Float64,
-            "ci_high": pl.Float64,
-            "unit": pl.Utf8,
-            "n": pl.Int64,
-            "detail": pl.Utf8,
-        },
+        schema=polars_schema("claims"),  # pipeline/schema/derived.py
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -23,24 +23,15 @@ from pipeline.fit.model import (
     r_squared,
 )
 from pipeline.physics import StepCost, StepWork, critical_batch
+from pipeline.schema import deployment
 
 PHASES = ("prefill", "decode")
 HOLDOUT_EVERY = 5  # every 5th observation (by a fixed hash) is held out: a 20 % test split
 MAX_FIT_OBS = 50_000  # per phase; larger sets are thinned deterministically before fitting
 
 
-class GroupKey(NamedTuple):
-    """One deployment: what ``cost_models`` has one row per phase for."""
-
-    model: str
-    gpu: str
-    gpu_count: int
-    max_num_seqs: int | None = None
-    max_batched_tokens: int | None = None
-    chunked_prefill: bool | None = None
-    attention: str | None = None
-    weight_dtype: str = "bf16"
-    kv_dtype: str = "bf16"
+# One deployment (pipeline/schema/deployment.py): what cost_models has one row per phase for.
+GroupKey = deployment.GroupKey
 
 
 @dataclass(frozen=True)

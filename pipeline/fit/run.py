@@ -18,12 +18,10 @@ from pipeline.fit.steps import (
     steps_from_requests,
     steps_from_tokens,
 )
+from pipeline.schema import deployment
 
-# Group columns as they appear in `requests` (GroupKey order).
-KEY_SQL = (
-    "model", "gpu", "coalesce(gpu_count, 1)", "max_num_seqs", "max_batched_tokens",
-    "chunked_prefill", "attention", "coalesce(weight_dtype, 'bf16')", "coalesce(kv_dtype, 'bf16')",
-)  # fmt: skip
+# Group columns as they appear in `requests` (GroupKey order, defaults applied).
+KEY_SQL = tuple(deployment.sql_columns())
 MAX_REQUESTS = 40_000  # per group: the fit reads whole servers' time windows up to this many
 _KEY_NAMES = GroupKey._fields
 

@@ -18,61 +18,15 @@ import polars as pl
 from pipeline import catalog
 from pipeline.fit.core import FittedModel, GroupKey, PhaseFit, critical_batches
 from pipeline.physics import compute_dtype_for, dtype_bytes, kv_bytes_per_token
+from pipeline.schema import deployment
+from pipeline.warehouse.arrow import polars_schema
 from pipeline.warehouse.derived import write_derived
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.views import connect
 
 TABLE = "cost_models"
 
-SCHEMA: dict[str, pl.DataType] = {
-    "model": pl.Utf8(),
-    "gpu": pl.Utf8(),
-    "gpu_count": pl.Int32(),
-    "tp": pl.Int32(),
-    "max_num_seqs": pl.Int32(),
-    "max_batched_tokens": pl.Int32(),
-    "chunked_prefill": pl.Boolean(),
-    "attention": pl.Utf8(),
-    "weight_dtype": pl.Utf8(),
-    "kv_dtype": pl.Utf8(),
-    "phase": pl.Utf8(),
-    "method": pl.Utf8(),
-    "mfu": pl.Float64(),
-    "mfu_ci_low": pl.Float64(),
-    "mfu_ci_high": pl.Float64(),
-    "mfu_source": pl.Utf8(),
-    "mbu": pl.Float64(),
-    "mbu_ci_low": pl.Float64(),
-    "mbu_ci_high": pl.Float64(),
-    "mbu_source": pl.Utf8(),
-    "step_overhead": pl.Float64(),
-    "step_overhead_ci_low": pl.Float64(),
-    "step_overhead_ci_high": pl.Float64(),
-    "seq_overhead": pl.Float64(),
-    "seq_overhead_ci_low": pl.Float64(),
-    "seq_overhead_ci_high": pl.Float64(),
-    "flash_attention": pl.Boolean(),
-    "n": pl.Int64(),
-    "n_train": pl.Int64(),
-    "n_test": pl.Int64(),
-    "r2_test": pl.Float64(),
-    "mape_test": pl.Float64(),
-    "mape_all": pl.Float64(),
-    "residual_scale": pl.Float64(),
-    "frac_compute_bound": pl.Float64(),
-    "attn_s_per_pair": pl.Float64(),
-    "kv_s_per_token": pl.Float64(),
-    "compute_s_per_seq": pl.Float64(),
-    "weights_s": pl.Float64(),
-    "roof_s_per_token": pl.Float64(),
-    "roof_s_per_pair": pl.Float64(),
-    "roof_weights_s": pl.Float64(),
-    "roof_kv_s_per_token": pl.Float64(),
-    "critical_batch_roofline": pl.Float64(),
-    "critical_batch_fitted": pl.Float64(),
-    "max_batch_seen": pl.Float64(),
-    "requests_used": pl.Int64(),
-}
+SCHEMA: dict[str, pl.DataType] = polars_schema(TABLE)  # pipeline/schema/derived.py
 
 
 def _nan(v: Any) -> Any:
@@ -85,7 +39,7 @@ def _row(fm: FittedModel, p: PhaseFit) -> dict[str, Any]:
     peak = g.peak_flops(compute_dtype_for(g, k.weight_dtype)) * tp * p.mfu
     bw = g.bandwidth * tp * p.mbu
     roof, fitted = critical_batches(fm)
-    row: dict[str, Any] = {**k._asdict(), "tp": tp, "phase": p.phase}
+    row: dict[str, Any] = {**deployment.row(k), "tp": tp, "phase": p.phase}
     row["method"] = fm.extra.get("method", "frame")
     for name in ("mfu", "mbu", "step_overhead", "seq_overhead"):
         row[name] = getattr(p, name)
@@ -165,7 +119,7 @@ def from_frame(df: pl.DataFrame) -> dict[GroupKey, FittedModel]:
     phases: dict[GroupKey, dict[str, PhaseFit]] = {}
     extra: dict[GroupKey, dict[str, Any]] = {}
     for row in df.iter_rows(named=True):
-        key = GroupKey(*(row[f] for f in GroupKey._fields))
+        key = deployment.from_row(row)
         phases.setdefault(key, {})[row["phase"]] = _phase_from_row(row)
         extra[key] = {"method": row["method"], "max_batch_seen": row["max_batch_seen"],
                       "requests_used": row["requests_used"]}  # fmt: skip

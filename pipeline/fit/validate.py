@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.fit.calibrate import METRICS, Calibration, Deployment, Run, calibrate, run_metrics
+from pipeline.schema import deployment as deployment_key
 
 Progress = Callable[[str], None]
 
@@ -47,13 +48,7 @@ def _metric_rows(
     return [
         {
             "run_id": run.run_id,
-            "model": dep.model,
-            "gpu": dep.gpu,
-            "gpu_count": dep.gpu_count,
-            "engine": dep.engine,
-            "engine_version": dep.engine_version,
-            "weight_dtype": dep.weight_dtype,
-            "kv_dtype": dep.kv_dtype,
+            **deployment_key.row(dep),
             "scheduler": scheduler,
             "split": split,
             "metric": m,

@@ -34,6 +34,7 @@ from pipeline.replay.workload import Workload
 from pipeline.schema.latency import latencies
 from pipeline.sim.cluster import Pool, PoolResult, simulate_pool
 from pipeline.sim.config import VLLM_V0_WATERMARK, EngineConfig, kv_capacity_tokens
+from pipeline.warehouse.arrow import polars_schema
 
 NAN = float("nan")
 PERCENTILES = (50, 90, 99)
@@ -376,20 +377,7 @@ class ReplayResult:
         return out
 
 
-STEPS_SCHEMA: dict[str, pl.DataType] = {
-    "run_id": pl.Utf8(),
-    "pool": pl.Utf8(),
-    "server": pl.Utf8(),
-    "step": pl.Int64(),
-    "t_start_s": pl.Float64(),
-    "t_end_s": pl.Float64(),
-    "duration_s": pl.Float64(),
-    "batch_size": pl.Int64(),
-    "prefill_tokens": pl.Int64(),
-    "decode_tokens": pl.Int64(),
-    "kv_blocks": pl.Int64(),
-    "kv_blocks_total": pl.Int64(),
-}
+STEPS_SCHEMA: dict[str, pl.DataType] = polars_schema("replay_steps")  # schema/derived.py
 
 
 def _label(pool: str, k: int) -> str:

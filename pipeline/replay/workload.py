@@ -18,13 +18,12 @@ import duckdb
 import numpy as np
 import polars as pl
 
+from pipeline.schema import deployment
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.views import connect
 
-DEPLOYMENT_COLUMNS = (
-    "model", "gpu", "gpu_count", "max_num_seqs", "max_batched_tokens", "chunked_prefill",
-    "attention", "weight_dtype", "kv_dtype",
-)  # fmt: skip
+# The recorded deployment of a run: the key's parts as logged (defaults are the scenario's job).
+DEPLOYMENT_COLUMNS = deployment.NAMES
 
 
 @dataclass

@@ -7,29 +7,19 @@ three can never drift apart.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from pipeline.schema import deployment
 
 Status = Literal["ok", "error", "cancelled"]
 Clock = Literal["unix", "relative", "request"]
 
-# Metadata a log may lack and a user may supply with ``--set COLUMN=VALUE`` or a run manifest.
-METADATA_COLUMNS: tuple[str, ...] = (
-    "run_id",
-    "server",
-    "model",
-    "gpu",
-    "gpu_count",
-    "engine",
-    "engine_version",
-    "max_num_seqs",
-    "max_batched_tokens",
-    "chunked_prefill",
-    "attention",
-    "weight_dtype",
-    "kv_dtype",
-)
+# Metadata a log may lack and a user may supply with ``--set COLUMN=VALUE`` or a run manifest:
+# the run, the server and every part of the deployment key.
+METADATA_COLUMNS: tuple[str, ...] = ("run_id", "server", *deployment.NAMES)
 
 
 class RequestRecord(BaseModel):
@@ -84,6 +74,19 @@ class RequestRecord(BaseModel):
 
     # Cross-field rules (times in order, cached <= prompt, ...) are checked on whole columns at
     # ingest (pipeline/ingest/validate.py) so the fast path and this model cannot disagree.
+
+
+# A deployment-key part the fields above do not spell out (one added to
+# pipeline/schema/deployment.py) becomes an optional field of the record, with its doc, so that
+# our format, the JSON Schema export and the fast ingest path carry it with no edit here.
+_PY = {pa.string(): str, pa.int32(): int, pa.int64(): int, pa.bool_(): bool}
+_MORE: dict[str, Any] = {
+    p.name: (_PY[p.type] | None, Field(None, description=p.doc))
+    for p in deployment.KEY
+    if p.name not in RequestRecord.model_fields
+}
+if _MORE:
+    RequestRecord = create_model("RequestRecord", __base__=RequestRecord, **_MORE)  # type: ignore[misc]
 
 
 EXAMPLE_RECORD: dict[str, object] = {

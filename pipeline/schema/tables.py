@@ -6,26 +6,11 @@ docs are all generated from these declarations. Definitions follow ``docs/metric
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pyarrow as pa
 
-
-@dataclass(frozen=True)
-class Column:
-    name: str
-    type: pa.DataType
-    unit: str
-    doc: str
-    nullable: bool = True
-
-
-S = pa.string()
-F = pa.float64()
-I64 = pa.int64()
-I32 = pa.int32()
-B = pa.bool_()
-TS = pa.timestamp("us", tz="UTC")
+from pipeline.schema import deployment
+from pipeline.schema.column import I32, I64, TS, Column, F, S
+from pipeline.schema.derived import DERIVED
 
 # The partition column: written as a Hive directory (day=YYYY-MM-DD), not inside the files.
 PARTITION = Column("day", S, "", "UTC date of arrival (YYYY-MM-DD) or 'unknown'; Hive partition.")
@@ -39,17 +24,7 @@ REQUESTS: tuple[Column, ...] = (
     Column("source_file", S, "", "Path of the input file.", nullable=False),
     Column("source_line", I64, "", "1-based line (or record index) in the input file."),
     Column("server", S, "", "Engine instance that served it."),
-    Column("model", S, "", "Model name as logged."),
-    Column("gpu", S, "", "Accelerator type."),
-    Column("gpu_count", I32, "GPUs", "GPUs serving one replica."),
-    Column("engine", S, "", "Serving engine."),
-    Column("engine_version", S, "", "Serving engine version."),
-    Column("max_num_seqs", I32, "sequences", "Max concurrent sequences per step."),
-    Column("max_batched_tokens", I32, "tokens", "Max tokens per engine step."),
-    Column("chunked_prefill", B, "", "Chunked prefill enabled."),
-    Column("attention", S, "", "Attention implementation."),
-    Column("weight_dtype", S, "", "Weight dtype."),
-    Column("kv_dtype", S, "", "KV-cache dtype."),
+    *deployment.request_columns(),
     Column("prompt_tokens", I64, "tokens", "Input tokens; null if the log does not record them."),
     Column("cached_tokens", I64, "tokens", "Prompt tokens served from a prefix cache."),
     Column("output_tokens", I64, "tokens", "Generated tokens; null if the log does not say."),
@@ -152,52 +127,8 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "replay_requests": REQUESTS,
     "replay_runs": RUNS,
 }
-# Derived tables written by `pipeline fit` (calibration) and `pipeline validate`: one Parquet
-# file each, replaced atomically (pipeline/warehouse/derived.py). Declared here so that their
-# Arrow schemas and the JSON export come from the same place as the stored tables'.
-_DEPLOYMENT: tuple[Column, ...] = (
-    Column("model", S, "", "Model as logged.", nullable=False),
-    Column("gpu", S, "", "Accelerator type as logged.", nullable=False),
-    Column("gpu_count", I32, "GPUs", "GPUs serving one replica."),
-    Column("engine", S, "", "Serving engine as logged."),
-    Column("engine_version", S, "", "Engine version as logged."),
-    Column("weight_dtype", S, "", "Weight dtype."),
-    Column("kv_dtype", S, "", "KV-cache dtype."),
-)
-CALIBRATION: tuple[Column, ...] = (
-    *_DEPLOYMENT,
-    Column("scheduler", S, "", "Scheduler replayed: vllm-v0, vllm-v1, ...", nullable=False),
-    Column("scheduler_source", S, "", "'recorded' (engine and version) or 'inferred' (best fit)."),
-    Column(
-        "parameter", S, "", "mfu, mbu, overlap, step_overhead_s, seq_overhead_s, kv_tokens.", False
-    ),
-    Column("value", F, "", "Estimate (unit in the parameter's name; efficiencies are fractions)."),
-    Column("ci_low", F, "", "95 % interval, from the replay residuals' Jacobian; null if none."),
-    Column("ci_high", F, "", "95 % interval upper end; null if none."),
-    Column("status", S, "", "fitted | at bound | not identifiable | recorded | lower bound", False),
-    Column("runs", I32, "runs", "Runs the calibration replayed."),
-    Column("requests", I64, "requests", "Requests it replayed."),
-    Column("loss", F, "", "Final objective (robust mean |log error| per request and percentile)."),
-    Column("fit_seconds", F, "s", "Wall time of the calibration."),
-)
-VALIDATION: tuple[Column, ...] = (
-    Column("run_id", S, "", "Run replayed.", nullable=False),
-    *_DEPLOYMENT,
-    Column("scheduler", S, "", "Scheduler replayed.", nullable=False),
-    Column("split", S, "", "leave-one-run-out | second-half | in-sample", nullable=False),
-    Column(
-        "metric",
-        S,
-        "",
-        "ttft_p50, ttft_p90, tpot_p50, tpot_p90, e2e_p50, e2e_p90, throughput_tok_s",
-        nullable=False,
-    ),
-    Column("observed", F, "", "From the log (s, or tokens/s for throughput)."),
-    Column("replayed", F, "", "From the replay with the model fitted without this data."),
-    Column("error", F, "", "replayed / observed - 1."),
-    Column("requests", I64, "requests", "Requests replayed."),
-)
-DERIVED: dict[str, tuple[Column, ...]] = {"calibration": CALIBRATION, "validation": VALIDATION}
+# Derived tables (cost_models, calibration, attribution, ...): declared in schema/derived.py,
+# one Parquet file each, checked against the declaration when written (warehouse/derived.py).
 
 # Views computed from stored tables (same contract for every engine). `tokens` is one row per
 # emission, unnested from requests.token_times at query time: storing the lists instead of one

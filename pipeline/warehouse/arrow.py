@@ -7,7 +7,7 @@ from functools import cache
 import polars as pl
 import pyarrow as pa
 
-from pipeline.schema.tables import TABLES, arrow_schema
+from pipeline.schema.tables import DERIVED, TABLES, arrow_schema
 
 
 @cache
@@ -16,7 +16,8 @@ def polars_dtype(t: pa.DataType) -> pl.DataType:
 
 
 def polars_schema(table: str) -> dict[str, pl.DataType]:
-    return {c.name: polars_dtype(c.type) for c in TABLES[table]}
+    """The Polars schema of a stored or derived table (producers build their frames with it)."""
+    return {c.name: polars_dtype(c.type) for c in {**TABLES, **DERIVED}[table]}
 
 
 def empty_frame(table: str) -> pl.DataFrame:

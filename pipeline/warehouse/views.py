@@ -12,6 +12,7 @@ from pathlib import Path
 
 import duckdb
 
+from pipeline.schema import deployment
 from pipeline.schema.tables import PARTITIONED, TABLES, VIEWS, arrow_schema
 from pipeline.warehouse.layout import Layout
 
@@ -21,8 +22,14 @@ from pipeline.warehouse.layout import Layout
 # t_arrival: no rate, window, concurrency or batch can be computed from the zeros.
 _T_ARRIVAL = "CASE WHEN clock = 'request' THEN NULL ELSE t_arrival END"
 _ARRIVAL_S = f"{_T_ARRIVAL} - min({_T_ARRIVAL}) OVER (PARTITION BY run_id) AS arrival_s"
+# The deployment key as one string (pipeline/schema/deployment.py): named queries partition and
+# join on it (e.g. with cost_models, which stores the same id), so a new key part needs no SQL.
+_DEPLOYMENT = f"{deployment.id_sql()} AS {deployment.ID_COLUMN}"
 # Views computed on top of a stored table: the column list is the table's plus these.
-_EXTRA = {"requests": _ARRIVAL_S, "replay_requests": _ARRIVAL_S}
+_EXTRA = {
+    "requests": f"{_ARRIVAL_S}, {_DEPLOYMENT}",
+    "replay_requests": f"{_ARRIVAL_S}, {_DEPLOYMENT}",
+}
 # Stored columns a view shows through an expression (same name, same type).
 REPLACED = {"requests": {"t_arrival": _T_ARRIVAL}, "replay_requests": {"t_arrival": _T_ARRIVAL}}
 

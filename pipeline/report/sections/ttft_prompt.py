@@ -75,15 +75,25 @@ def build(ctx: Context) -> Section:
             )
         )
     chart = alt.layer(*layers).properties(width=640, height=320)
+    fitted = load_fitted(ctx)
     fit_note = (
         "Dotted: the fitted prefill time (cost_models)."
         if fit.height
         else "No fitted prefill curves: run `pipeline fit` to add them."
     )
+    if fitted.ambiguous:
+        fit_note += (
+            f" {fitted.ambiguous} model x GPU key(s) have several fitted deployments (another"
+            " engine, TP or limits): no fitted curve is drawn for them."
+        )
     s.body = (
         ctx.chart(chart, "TTFT against prompt length")
         + f'<p class="note">p50 (solid) and p90 (dashed) TTFT per prompt-length octave. '
         f"{esc(fit_note)}{esc(dropped_note(df, shown))}</p>"
     )
-    s.summary = {"buckets": df.height, "fitted_curves": fit["series"].n_unique()}
+    s.summary = {
+        "buckets": df.height,
+        "fitted_curves": fit["series"].n_unique(),
+        "fitted_ambiguous": fitted.ambiguous,
+    }
     return s
