@@ -52,7 +52,7 @@ demo: venv
 	$(BIN)/pipeline attribute --warehouse $(WAREHOUSE) \
 	  --baseline "gpu = 'H100-SXM' AND model = 'meta-llama/Llama-3.1-8B'" \
 	  --candidate "gpu = 'A100-80GB' AND model = 'meta-llama/Llama-3.1-8B'"
-	$(BIN)/pipeline report --warehouse $(WAREHOUSE) --out reports/
+	$(BIN)/pipeline report --warehouse $(WAREHOUSE) --out-dir reports/
 
 # The clients people install today (AIPerf, GuideLLM from PyPI, in .conformance/), run for real
 # against bench/mock_openai_server.py, read back with `ingest --strict`, compared with their own

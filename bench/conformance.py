@@ -146,7 +146,8 @@ def main() -> int:
             theirs = runner(env, tok, out)
             wh = work / f"wh-{name}"
             shutil.rmtree(wh, ignore_errors=True)
-            r = pipeline("ingest", str(out), "-w", str(wh), "--strict", "--quiet", "--json")
+            args = ("-w", str(wh), "--strict", "--quiet", "--format", "json")
+            r = pipeline("ingest", str(out), *args)
             if r.returncode:
                 failures.append(f"{name} {version}: ingest --strict failed: {r.stderr[-400:]}")
                 continue

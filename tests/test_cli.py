@@ -24,7 +24,7 @@ def run(args, env, **kw):
 
 def test_ingest_then_query_csv_and_json(tmp_path, cli_env):
     logs = write_jsonl(tmp_path / "a.jsonl", [record(i) for i in range(5)] + ["{bad"])
-    r = run(["ingest", str(logs), "--json", "--quiet"], cli_env)
+    r = run(["ingest", str(logs), "--format", "json", "--quiet"], cli_env)
     assert r.returncode == 0, r.stderr
     counts = json.loads(r.stdout)
     assert (counts["read"], counts["ingested"], counts["quarantined"]) == (6, 5, 1)
@@ -63,7 +63,8 @@ def test_usage_errors_exit_2_with_a_message_not_a_traceback(tmp_path, cli_env):
         (["ingest", str(logs), "--set", "gpu=H100"], "ambiguous: H100-PCIe or H100-SXM?"),
         (["ingest", str(logs), "--set", "gpu=RTX-9090"], "Close matches: RTX-4090"),
         (["ingest", str(logs), "--set", "model=acme/x"], "unknown model 'acme/x'"),
-        (["ingest", str(logs), "--format", "nope"], "unknown format"),
+        (["ingest", str(logs), "--reader", "nope"], "unknown format"),
+        (["ingest", str(logs), "--format", "nope"], "unknown format"),  # deprecated spelling
         (["query", "no_such_query"], "no query named"),
         (["query", "--sql", "DELETE FROM requests"], "only read-only queries"),
         (["query", "--sql", "SELECT nope FROM requests"], "query failed"),
@@ -96,7 +97,7 @@ def test_parquet_output(tmp_path, cli_env):
 
 
 def test_formats_lists_every_reader_with_capabilities(cli_env):
-    r = run(["formats", "--json"], cli_env)
+    r = run(["formats", "--format", "json"], cli_env)
     rows = {x["format"]: x for x in json.loads(r.stdout)}
     assert {
         "native",
@@ -120,7 +121,7 @@ def test_missing_warehouse_is_a_data_error_for_every_reader_of_it(tmp_path, cli_
     env = {**cli_env, "PIPELINE_WAREHOUSE": str(tmp_path / "none")}
     for args in (
         ["fit"],
-        ["report", "--out", str(tmp_path / "r")],
+        ["report", "--out-dir", str(tmp_path / "r")],
         ["attribute"],
         ["validate"],
         ["query", "latency_percentiles"],

@@ -50,7 +50,7 @@ def _shift(s: float) -> dict:
 
 
 def _start(paths: list[Path], wh: Path, env: dict | None = None) -> subprocess.Popen:
-    cmd = [*_entry(), "ingest", *map(str, paths), "-w", str(wh), "--quiet", "--json"]
+    cmd = [*_entry(), "ingest", *map(str, paths), "-w", str(wh), "--quiet", "--format", "json"]
     return subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,

@@ -32,10 +32,10 @@ def _commands(wh: Path, out: Path, logs: Path) -> list[list[str]]:
         ["fit", *w, "--no-calibrate"],
         ["validate", *w],
         ["attribute", *w, "--format", "json"],
-        ["report", *w, "--out", str(out)],
-        ["report", *w, "--out", str(out), "--since", "2001-01-01", "--until", "2001-01-02"],
+        ["report", *w, "--out-dir", str(out)],
+        ["report", *w, "--out-dir", str(out), "--since", "2001-01-01", "--until", "2001-01-02"],
         ["replay", "--workload", "no-such-run", *w, "--no-write"],
-        ["run", "--logs", str(logs), *w, "--out", str(out)],
+        ["run", "--logs", str(logs), *w, "--out-dir", str(out)],
         ["schemas", "--check", "--dir", str(REPO / "schemas")],
         ["formats"],
     ]

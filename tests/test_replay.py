@@ -186,7 +186,7 @@ def test_cli_replay_compare_sweep(fitted, tmp_path):
     cfg.write_text('name = "two"\n[deployment]\nreplicas = 2\nrouting = "least-loaded"\n')
     runner = CliRunner()
     args = ["replay", "--workload", "over", "-w", str(layout.root), "--config", str(cfg)]
-    r = runner.invoke(main, [*args, "--compare", "--json"])
+    r = runner.invoke(main, [*args, "--compare", "--format", "json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout.strip().splitlines()[-1])
     assert doc["run_id"].startswith("replay-two-") and doc["summary"]["gpus"] == 2
@@ -194,7 +194,7 @@ def test_cli_replay_compare_sweep(fitted, tmp_path):
     # Two servers serve an overloaded run far faster than the one it was recorded on.
     ttft = {c["percentile"]: c for c in doc["compare"] if c["metric"] == "ttft"}
     assert ttft["p50"]["replayed_s"] < 0.2 * ttft["p50"]["observed_s"]
-    r2 = runner.invoke(main, [*args, "--json"])
+    r2 = runner.invoke(main, [*args, "--format", "json"])
     assert json.loads(r2.stdout.strip().splitlines()[-1])["write"]["status"] == "already"
     r3 = runner.invoke(
         main,

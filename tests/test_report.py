@@ -68,7 +68,9 @@ def parse(html: str) -> Tags:
 
 
 def test_cli_writes_dated_page_and_prints_its_path(warehouse, tmp_path):
-    res = CliRunner().invoke(main, ["report", "-w", str(warehouse.root), "--out", str(tmp_path)])
+    res = CliRunner().invoke(
+        main, ["report", "-w", str(warehouse.root), "--out-dir", str(tmp_path)]
+    )
     assert res.exit_code == 0, res.output
     path = Path(res.stdout.strip().splitlines()[-1])
     # 1,500 requests from 2026-11-02 00:00 UTC over ~3 minutes, plus the odd records
@@ -269,13 +271,15 @@ def test_attribution_and_claims_from_tables(tmp_path):
 
 def test_empty_warehouse_exits_3(tmp_path):
     Layout(tmp_path / "wh").ensure()
-    res = CliRunner().invoke(main, ["report", "-w", str(tmp_path / "wh"), "-o", str(tmp_path)])
+    res = CliRunner().invoke(
+        main, ["report", "-w", str(tmp_path / "wh"), "--out-dir", str(tmp_path)]
+    )
     assert res.exit_code == 3
     assert "holds no requests" in res.output
 
 
 def test_bad_period_is_a_usage_error(warehouse, tmp_path):
-    args = ["report", "-w", str(warehouse.root), "-o", str(tmp_path)]
+    args = ["report", "-w", str(warehouse.root), "--out-dir", str(tmp_path)]
     res = CliRunner().invoke(main, [*args, "--since", "yesterday-ish"])
     assert res.exit_code == 2 and "cannot read time" in res.output
     res = CliRunner().invoke(main, [*args, "--slo-ttft", "fast"])

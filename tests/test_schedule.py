@@ -120,7 +120,7 @@ def test_max_runs_counts_the_run_now(tmp_path, monkeypatch):
 
 # -- pipeline run ------------------------------------------------------------------------------
 def _runner(logs: Path, wh: Path, out: Path, *extra: str) -> list[str]:
-    return ["run", "--logs", str(logs), "-w", str(wh), "--out", str(out), *extra]
+    return ["run", "--logs", str(logs), "-w", str(wh), "--out-dir", str(out), *extra]
 
 
 def test_run_is_incremental_and_idempotent(tmp_path):

@@ -83,7 +83,7 @@ def test_report_on_spark_equals_duckdb(spark, warehouse, tmp_path):
     for engine in ("duckdb", "spark"):
         out = tmp_path / engine
         path = Path(
-            run("report", "--warehouse", str(warehouse.root), "--out", str(out), "--quiet",
+            run("report", "--warehouse", str(warehouse.root), "--out-dir", str(out), "--quiet",
                 "--engine", engine, *period).strip()
         )  # fmt: skip
         assert path.is_file() and path.suffix == ".html"

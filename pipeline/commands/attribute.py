@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 import polars as pl
@@ -14,21 +15,10 @@ from pipeline.commands._common import (
     model_config_option,
     warehouse_option,
 )
+from pipeline.commands.options import duckdb_only, output_options, param_option, parse_params
 from pipeline.errors import DataError, UserError
 
 SHOW = ["metric", "factor", "changed", "contribution", "share"]
-
-
-def _params(items: tuple[str, ...]) -> dict[str, object]:
-    from pipeline.query.named import coerce
-
-    out: dict[str, object] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name.isidentifier():
-            raise UserError(f"--param takes NAME=VALUE, got {item!r}")
-        out[name] = coerce(value)
-    return out
 
 
 def _summary(req: pl.DataFrame) -> pl.DataFrame:
@@ -46,21 +36,9 @@ def _summary(req: pl.DataFrame) -> pl.DataFrame:
 @warehouse_option
 @click.option("--baseline", help="SQL condition on `requests` columns selecting the baseline.")
 @click.option("--candidate", help="SQL condition selecting the slice compared with it.")
-@click.option(
-    "--param",
-    "params",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="Bind $NAME in the predicates (repeatable).",
-)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", "csv"]),
-    default="table",
-    show_default=True,
-    help="How to print the result.",
-)
+@param_option("Bind $NAME in the predicates (repeatable).")
+@output_options()
+@duckdb_only("its counterfactuals are simulated from rows read locally")
 @click.option(
     "--max-requests",
     type=click.IntRange(min=50),
@@ -74,6 +52,7 @@ def command(
     candidate: str | None,
     params: tuple[str, ...],
     fmt: str,
+    out: Path | None,
     max_requests: int | None,
     no_fit: bool,
 ) -> None:
@@ -104,7 +83,7 @@ def command(
             layout,
             baseline,
             candidate,
-            _params(params),
+            parse_params(params, typed=True),
             fit_if_missing=not no_fit,
             max_requests=max_requests,
         )
@@ -114,8 +93,8 @@ def command(
         raise DataError(str(exc)) from None
     err = console()
     if comp is None:
-        out = {"per_request": _summary(req), "elasticities": el}
-        _print(out, fmt, {"requests": req.height})
+        summary = {"per_request": _summary(req), "elasticities": el}
+        _print(summary, fmt, {"requests": req.height}, out)
         return
     for note in comp.notes:
         err.print(f"note: {note}", highlight=False)
@@ -126,17 +105,25 @@ def command(
     )
     meta = comp.as_dict()
     meta.pop("attribution")
-    _print({"attribution": comp.frame.select(SHOW), "workload_vs_efficiency": two}, fmt, meta)
+    frames = {"attribution": comp.frame.select(SHOW), "workload_vs_efficiency": two}
+    _print(frames, fmt, meta, out)
 
 
-def _print(frames: dict[str, pl.DataFrame], fmt: str, meta: dict[str, object]) -> None:
+def _print(
+    frames: dict[str, pl.DataFrame], fmt: str, meta: dict[str, object], out: Path | None
+) -> None:
     if fmt == "json":
         body = {k: v.to_dicts() for k, v in frames.items()} | {"meta": meta}
-        sys.stdout.write(json.dumps(body, indent=1, default=str) + "\n")
+        text = json.dumps(body, indent=1, default=str) + "\n"
+        sys.stdout.write(text) if out is None else out.write_text(text)
         return
-    if fmt == "csv":
+    if fmt in ("csv", "parquet"):  # one table: the first (the attribution, or per request)
         first = next(iter(frames.values()))
-        sys.stdout.write(first.write_csv())
+        if fmt == "parquet":
+            first.write_parquet(out)  # type: ignore[arg-type]  # --out is checked given
+        else:
+            text = first.write_csv()
+            sys.stdout.write(text) if out is None else out.write_text(text)
         return
     from pipeline.query.output import render_table
 

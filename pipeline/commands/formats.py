@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from pipeline.commands.options import output_options
 from pipeline.readers.registry import readers
 
 
@@ -30,25 +32,34 @@ def _rows() -> list[dict]:
 
 
 @click.command("formats")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(as_json: bool) -> None:
+@output_options(("table", "json", "csv"), json_flag=True)
+def command(fmt: str, out: Path | None) -> None:
     """List the log formats `pipeline ingest` reads, what each carries, and the metadata it needs.
 
-    Formats are detected from the file's content; force one with `ingest --format NAME`.
+    Formats are detected from the file's content; force one with `ingest --reader NAME`.
 
     \b
     Example:
       pipeline formats
-      pipeline ingest results/ --format vllm_bench --set gpu=H100-SXM
+      pipeline formats --format json
+      pipeline ingest results/ --reader vllm_bench --set gpu=H100-SXM
     """
     rows = _rows()
-    if as_json:
-        click.echo(json.dumps(rows, indent=1))
+    if fmt == "json":
+        text = json.dumps(rows, indent=1)
+        click.echo(text) if out is None else out.write_text(text + "\n")
+        return
+    if fmt == "csv":
+        import polars as pl
+
+        frame = pl.DataFrame(rows).with_columns(pl.col("needs_set").list.join(","))
+        text = frame.write_csv()
+        click.echo(text, nl=False) if out is None else out.write_text(text)
         return
     t = Table(show_edge=False, header_style="bold", show_lines=True)
     for col in ("format", "rows", "tokens", "arrivals", "GPU/model", "--set"):
         t.add_column(col, no_wrap=True)
-    t.add_column("what it is (--json for the full text)", ratio=1)
+    t.add_column("what it is (--format json for the full text)", ratio=1)
     yes = {True: "yes", False: "-"}
     for r in rows:
         t.add_row(

@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 
 import click
+import pyarrow as pa
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pipeline.commands._common import console, interactive, layout_for, warehouse_option
+from pipeline.commands.options import output_options, reader_option
 from pipeline.errors import EXIT_FAILED_CHECK, UserError
 from pipeline.ingest.metadata import MetadataError, manifest_tables, parse_sets, run_manifest
 from pipeline.ingest.run import IngestOptions, ingest_paths, input_files, totals
@@ -27,7 +29,7 @@ from pipeline.readers.registry import by_name
     metavar="COLUMN=VALUE",
     help="Metadata the logs lack, e.g. --set gpu=H100-SXM --set gpu_count=8 (repeatable).",
 )
-@click.option("--format", "fmt", default=None, help="Force a reader (see `pipeline formats`).")
+@reader_option
 @click.option(
     "--mapping",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -48,13 +50,14 @@ from pipeline.readers.registry import by_name
 )
 @click.option("--strict", is_flag=True, help="Exit 1 if any record was quarantined.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary table.")
-@click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON on stdout.")
+@output_options(json_flag=True, reader_alias=True)
 @click.option(
     "--max-line-mb", default=32, show_default=True, help="Quarantine lines longer than this."
 )
 def command(
-    paths, warehouse, sets, fmt, mapping, manifest, reingest, strict, quiet, as_json, max_line_mb
-):
+    paths, warehouse, sets, reader, mapping, manifest, reingest, strict, quiet, fmt, out,
+    max_line_mb,
+):  # fmt: skip
     """Read serving logs (files or folders, recursive; plain, .gz or .zst) into the warehouse.
 
     Every record ends up in the warehouse or in quarantine with its file, line and reason; a
@@ -63,8 +66,13 @@ def command(
     in its folder); both only fill what the log leaves empty, and --set wins.
 
     \b
+    The result: a table per file on a terminal; --format json the totals (and each file),
+    csv / parquet one row per file.
+
+    \b
     Example:
       pipeline ingest logs/ --set gpu=H100-SXM --set gpu_count=1
+      pipeline ingest results.json --reader vllm_bench --format json
       pipeline ingest our_logs.csv --mapping our_logs.mapping.toml
       pipeline ingest distserve/*.exp.txt --manifest examples/manifests/distserve-c21d11.run.toml
       pipeline ingest logs/ --reingest --set gpu=H100-PCIe     # correct metadata already in
@@ -73,9 +81,9 @@ def command(
     try:
         if mapping is not None:
             load_mapping(mapping)  # a broken mapping is a usage error, reported before reading
-            fmt = "mapping"
+            reader = "mapping"
         options = IngestOptions(
-            fmt=fmt,
+            fmt=reader,
             sets=parse_sets(list(sets)),
             max_line_bytes=max_line_mb * 1024 * 1024,
             mapping=mapping,
@@ -85,12 +93,12 @@ def command(
         if manifest is not None:  # a broken manifest is a usage error, reported before reading
             run_manifest(manifest, manifest)
             manifest_tables(manifest, manifest)
-        if fmt:
-            by_name(fmt)
+        if reader:
+            by_name(reader)
     except (MetadataError, KeyError, MappingError) as exc:
         raise UserError(str(exc).strip('"')) from None
     layout = layout_for(warehouse)
-    out = console(quiet)
+    say = console(quiet)
     files = input_files(list(paths))
     if not files:
         raise UserError(f"no files found under {', '.join(map(str, paths))}")
@@ -100,7 +108,7 @@ def command(
         MofNCompleteColumn(),
         TextColumn("files · {task.fields[rows]:,} requests"),
         TimeElapsedColumn(),
-        console=out,
+        console=say,
         disable=quiet or not interactive(),
         transient=True,
     )
@@ -120,12 +128,28 @@ def command(
             on_batch=on_batch,
         )
     t = totals(results)
-    if as_json:
-        click.echo(json.dumps({"warehouse": str(layout.root), **t}))
+    if fmt == "json":
+        doc = {"warehouse": str(layout.root), **t, "per_file": [_file_row(r) for r in results]}
+        text = json.dumps(doc)
+        click.echo(text) if out is None else out.write_text(text + "\n")
+    elif fmt in ("csv", "parquet"):
+        from pipeline.query.output import write
+
+        frame = pa.Table.from_pylist([_file_row(r) for r in results]) if results else None
+        write(frame if frame is not None else pa.table({"file": []}), fmt, out)
     if not quiet:
-        _print_summary(out, results, t, layout.root)
+        _print_summary(say, results, t, layout.root)
     if strict and t["quarantined"]:
         raise SystemExit(EXIT_FAILED_CHECK)
+
+
+def _file_row(r) -> dict:  # type: ignore[no-untyped-def]
+    """One input file's outcome, for --format json / csv / parquet."""
+    c = r.counts
+    keys = ("read", "ingested", "quarantined", "duplicates", "arrivals", "tokens")
+    return {"file": str(r.path), "format": r.format, "status": r.status} | {
+        k: int(c.get(k, 0)) for k in keys
+    }
 
 
 def _print_summary(out, results, t, root) -> None:

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeline.commands._common import engine_option, existing_layout, warehouse_option
+from pipeline.commands.options import output_options, param_option, parse_params
 from pipeline.engines import open_engine
 from pipeline.errors import UserError
 from pipeline.query.named import QueryError, all_queries, check_read_only, load, queries_dir
@@ -19,31 +20,10 @@ from pipeline.query.output import render_table, write
 @click.command("query")
 @click.argument("name", required=False)
 @warehouse_option
-@click.option(
-    "--param",
-    "-p",
-    "params",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Bind a query parameter (repeatable).",
-)
+@param_option("Bind a query parameter $KEY (repeatable).")
 @click.option("--sql", default=None, help="Run this read-only SQL instead of a named query.")
 @click.option("--list", "list_", is_flag=True, help="List the named queries.")
-@click.option(
-    "--format",
-    "-f",
-    "fmt",
-    type=click.Choice(["table", "csv", "json", "parquet"]),
-    default=None,
-    help="Output format [default: table on a terminal, else csv].",
-)
-@click.option(
-    "--out",
-    "-o",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write to this file instead of stdout.",
-)
+@output_options(default=None)
 @click.option(
     "--queries-dir",
     type=click.Path(file_okay=False),
@@ -74,12 +54,7 @@ def command(name, warehouse, params, sql, list_, fmt, out, queries_dir_opt=None,
             return
         if bool(name) == bool(sql):
             raise UserError('give a query NAME or --sql "..." (see `pipeline query --list`)')
-        given = {}
-        for p in params:
-            if "=" not in p:
-                raise UserError(f"--param {p}: expected KEY=VALUE")
-            k, v = p.split("=", 1)
-            given[k] = v
+        given = parse_params(params)
         q = None if sql else load(name, Path(qdir) if qdir else None)
         if sql:
             check_read_only(sql)  # a usage error before any data error

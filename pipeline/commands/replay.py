@@ -15,6 +15,7 @@ from pipeline.commands._common import (
     model_config_option,
     warehouse_option,
 )
+from pipeline.commands.options import duckdb_only, output_options
 from pipeline.errors import DataError, UserError
 
 
@@ -107,7 +108,8 @@ SUMMARY = ["requests", "refused", "preemptions", "gpus", "ttft_p50", "ttft_p90",
     help="Replay only the first N requests.",
 )
 @click.option("--no-write", is_flag=True, help="Simulate and print; write nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@output_options(("table", "json"), out=False, json_flag=True)
+@duckdb_only("the simulator reads the workload and fits locally")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors and the tables.")
 def command(
     source,
@@ -122,7 +124,7 @@ def command(
     rate_scale,
     max_requests,
     no_write,
-    as_json,
+    fmt,
     quiet,
 ) -> None:  # type: ignore[no-untyped-def]
     """Serve a workload again under a what-if configuration (GPU, TP, replicas, scheduler...).
@@ -174,7 +176,7 @@ def command(
             table, best = sweep_mod.run(whatif, workload, fits, key, values, slo_ttft, slo_tpot,
                                         slo_attainment, cals)  # fmt: skip
             rows = table.to_dicts()
-            if as_json:
+            if fmt == "json":
                 click.echo(json.dumps({"sweep": rows, "cheapest": best}, default=str))
                 return
             cols = [key, "gpus", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90",
@@ -214,7 +216,7 @@ def command(
                       f"steps to {layout.root}")  # fmt: skip
     summary = result.summary(slo_ttft, slo_tpot)
     cmp = compare_fn(result) if compare else None
-    if as_json:
+    if fmt == "json":
         doc = {"run_id": run_id, "cost": scenario.cost_text, "summary": summary,
                "write": written, "scenario": scenario.describe()}  # fmt: skip
         if cmp is not None:

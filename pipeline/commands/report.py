@@ -15,6 +15,7 @@ from pipeline.commands._common import (
     model_config_option,
     warehouse_option,
 )
+from pipeline.commands.options import out_dir_option
 from pipeline.engines import EngineError
 from pipeline.errors import DataError, UserError
 from pipeline.report import NothingToReport, Options, PeriodError, build_report
@@ -65,19 +66,12 @@ def options_from(slo_ttft: str, slo_tpot: str, regression: float) -> Options:
 @click.command("report")
 @model_config_option
 @warehouse_option
-@click.option(
-    "--out",
-    "-o",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("reports"),
-    show_default=True,
-    help="Folder for the reports.",
-)
+@out_dir_option(Path("reports"), "Folder for the reports")
 @period_options
 @click.option("--quiet", "-q", is_flag=True, help="Print only the report's path.")
 @engine_option("Engine for the report's queries (with spark the period is filtered in Spark)")
 def command(
-    warehouse, out, since, until, compare_with, slo_ttft, slo_tpot, regression, quiet, engine
+    warehouse, out_dir, since, until, compare_with, slo_ttft, slo_tpot, regression, quiet, engine
 ):
     """Write a self-contained HTML report (charts inlined, no network) and print its path.
 
@@ -88,7 +82,7 @@ def command(
 
     \b
     Examples:
-      pipeline report --out reports/
+      pipeline report --out-dir reports/
       pipeline report --since 2026-11-01 --until 2026-11-02 --slo-ttft 500ms
       pipeline report --since 24h --compare-with 7d
       pipeline report --engine spark
@@ -96,7 +90,7 @@ def command(
     options = options_from(slo_ttft, slo_tpot, regression)
     layout = existing_layout(warehouse)
     try:
-        result = build_report(layout, out, since, until, compare_with, options, engine=engine)
+        result = build_report(layout, out_dir, since, until, compare_with, options, engine=engine)
     except PeriodError as exc:
         raise UserError(str(exc)) from None
     except NothingToReport as exc:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import click
 
 from pipeline.commands._common import console, layout_for, warehouse_option
+from pipeline.commands.options import deprecated, out_dir_option, reader_option
 from pipeline.commands.report import options_from, period_options
 from pipeline.errors import DataError, UserError
 from pipeline.ingest.metadata import MetadataError, parse_sets
@@ -32,25 +34,40 @@ def run_options(f):
                          type=click.Path(exists=True, path_type=Path),
                          help="Log file or folder to ingest new files from (repeatable)."),
             warehouse_option,
-            click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path),
-                         default=Path("reports"), show_default=True, help="Folder for reports."),
             click.option("--window", default="1d", show_default=True,
                          help="Report period: windows of this length aligned to midnight UTC "
                               "(1h, 1d, 7d), or 'all' for one report of the whole warehouse."),
             click.option("--set", "sets", multiple=True, metavar="COLUMN=VALUE",
                          help="Metadata the logs lack, as for `pipeline ingest` (repeatable)."),
-            click.option("--format", "fmt", default=None, help="Force a reader."),
+            reader_option,
+            click.option("--format", "old_reader", default=None, hidden=True),
         ]
     ):  # fmt: skip
         f = opt(f)
-    return period_options(f)
+    return out_dir_option(Path("reports"), "Folder for the reports")(
+        _reader_alias(period_options(f))
+    )
+
+
+def _reader_alias(f):  # type: ignore[no-untyped-def]
+    """The old ``--format READER`` of run / schedule, for one release."""
+
+    @functools.wraps(f)
+    def wrapper(*args, **kw):  # type: ignore[no-untyped-def]
+        old = kw.pop("old_reader")
+        if old is not None:
+            deprecated(f"--format {old} (a reader)", f"--reader {old}")
+            kw["reader"] = kw["reader"] or old
+        return f(*args, **kw)
+
+    return wrapper
 
 
 @click.command("run")
 @run_options
 @click.option("--quiet", "-q", is_flag=True, help="Print only the paths of new reports.")
-def command(logs, warehouse, out, window, sets, fmt, since, until, compare_with, slo_ttft,
-            slo_tpot, regression, quiet):  # fmt: skip
+def command(logs, warehouse, out_dir, window, sets, reader, since, until, compare_with,
+            slo_ttft, slo_tpot, regression, quiet):  # fmt: skip
     """Ingest new log files, fit the cost models, and write the reports they change.
 
     Idempotent and incremental: files already ingested are skipped, and a report already built
@@ -60,7 +77,7 @@ def command(logs, warehouse, out, window, sets, fmt, since, until, compare_with,
 
     \b
     Examples:
-      pipeline run --logs /var/log/vllm --warehouse wh --out reports/
+      pipeline run --logs /var/log/vllm --warehouse wh --out-dir reports/
       pipeline run --logs logs/ --window 1h --slo-ttft 500ms
     """
     if since or until:
@@ -68,13 +85,13 @@ def command(logs, warehouse, out, window, sets, fmt, since, until, compare_with,
                         "for --since/--until")  # fmt: skip
     options = options_from(slo_ttft, slo_tpot, regression)
     try:
-        ingest = IngestOptions(fmt=fmt, sets=parse_sets(list(sets)))
+        ingest = IngestOptions(fmt=reader, sets=parse_sets(list(sets)))
     except MetadataError as exc:
         raise UserError(str(exc)) from None
     out_console = console(quiet)
     try:
         res = run_once(
-            list(logs), layout_for(warehouse), out, parse_window(window), options, compare_with,
+            list(logs), layout_for(warehouse), out_dir, parse_window(window), options, compare_with,
             ingest, say=lambda s: out_console.print(s),
         )  # fmt: skip
     except PeriodError as exc:

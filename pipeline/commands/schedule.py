@@ -40,13 +40,16 @@ def loop(
 def _forward(ctx: click.Context) -> list[str]:
     """The `pipeline run` arguments this invocation was given."""
     args: list[str] = []
-    p = ctx.params
+    p = dict(ctx.params)
+    # Old spellings (deprecated, still accepted) are forwarded in the new words.
+    p["out_dir"] = p.get("out_dir") or p.get("old_out_dir")
+    p["reader"] = p.get("reader") or p.get("old_reader")
     for path in p["logs"]:
         args += ["--logs", str(path)]
-    for name in ("warehouse", "out", "window", "fmt", "compare_with", "slo_ttft", "slo_tpot"):
+    for name in ("warehouse", "out_dir", "window", "reader", "compare_with", "slo_ttft",
+                 "slo_tpot"):  # fmt: skip
         if p.get(name) is not None:
-            flag = "--format" if name == "fmt" else "--" + name.replace("_", "-")
-            args += [flag, str(p[name])]
+            args += ["--" + name.replace("_", "-"), str(p[name])]
     for s in p["sets"]:
         args += ["--set", s]
     args += ["--regression", str(p["regression"])]
@@ -75,7 +78,7 @@ def command(ctx, cron_text, utc, max_runs, run_now, **_):  # fmt: skip
 
     \b
     Example:
-      pipeline schedule --cron "0 * * * *" --logs /var/log/vllm --warehouse wh --out reports/
+      pipeline schedule --cron "0 * * * *" --logs /var/log/vllm --warehouse wh --out-dir reports/
     """
     try:
         cron = parse(cron_text)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import click
+import polars as pl
 from rich.table import Table
 
 from pipeline.commands._common import (
@@ -15,6 +17,7 @@ from pipeline.commands._common import (
     profile_option,
     warehouse_option,
 )
+from pipeline.commands.options import duckdb_only, output_options
 from pipeline.errors import DataError, UserError
 
 
@@ -22,18 +25,17 @@ from pipeline.errors import DataError, UserError
 @model_config_option
 @warehouse_option
 @click.option("--run", "runs", multiple=True, help="Validate only the deployments of these runs.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="Output format.",
-)
+@output_options()
+@duckdb_only("calibration replays the runs on this machine")
 @profile_option("also replay each run with its step times, beside the log-fitted model")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 def command(
-    warehouse: str | None, runs: tuple[str, ...], fmt: str, profile_dir: str | None, quiet: bool
+    warehouse: str | None,
+    runs: tuple[str, ...],
+    fmt: str,
+    out: Path | None,
+    profile_dir: str | None,
+    quiet: bool,
 ) -> None:
     """Replay each run with a model calibrated WITHOUT it and show observed vs replayed.
 
@@ -55,7 +57,7 @@ def command(
     from pipeline.warehouse.views import connect
 
     layout = existing_layout(warehouse)
-    out = console(quiet)
+    say = console(quiet)
     deps = load_deployments(connect(layout))
     selected = {
         d: rs for d, rs in deps.runs.items() if not runs or any(r.run_id in runs for r in rs)
@@ -63,15 +65,15 @@ def command(
     if runs and not selected:
         raise UserError(f"no replayable run among {', '.join(runs)}")
     for run_id, why in deps.left_out:
-        out.print(f"left out {run_id}: {why}")
+        say.print(f"left out {run_id}: {why}")
     if not selected:
         raise DataError("no run with arrival times, a model and a GPU to validate")
     rows: list[dict] = []
     for dep, rs in selected.items():
         try:
-            got, cals = validate_deployment(dep, rs, progress=lambda s: out.print(s, style="dim"))
+            got, cals = validate_deployment(dep, rs, progress=lambda s: say.print(s, style="dim"))
         except UnknownName as exc:
-            out.print(f"left out {dep.label()}: {exc}")
+            say.print(f"left out {dep.label()}: {exc}")
             continue
         rows += got
         if profile_dir is not None:
@@ -85,9 +87,15 @@ def command(
             rows += profile_rows(dep, rs, prof, cals[0].scheduler, cals[0].kv_tokens)
     write_validation(layout, rows)
     if fmt == "json":
-        click.echo(json.dumps(rows, default=_nan_none))
+        text = json.dumps(rows, default=_nan_none)
+        click.echo(text) if out is None else out.write_text(text + "\n")
         return
-    _print(out, rows)
+    if fmt in ("csv", "parquet"):
+        from pipeline.query.output import write
+
+        write(pl.DataFrame(rows, infer_schema_length=None).to_arrow(), fmt, out)
+        return
+    _print(say, rows)
 
 
 def _nan_none(v: object) -> object:

@@ -305,7 +305,7 @@ class Ingestor:
                         staged,
                         source,
                         fmt,
-                        "unrecognised format; force one with --format NAME "
+                        "unrecognised format; force one with --reader NAME "
                         "(`pipeline formats` lists them) or describe it with a mapping file",
                     )
             if reader is not None and head is not None:
