@@ -42,9 +42,11 @@ import polars as pl
 
 from pipeline import catalog
 from pipeline.fit.core import FittedModel, GroupKey, PhaseFit
-from pipeline.physics import DecodeLines, StepCost
+from pipeline.physics import StepCost
 from pipeline.schema.latency import latencies
 from pipeline.sim import EngineConfig, kv_capacity_tokens, simulate
+from pipeline.sim.config import default_token_budget
+from pipeline.sim.cost import PhaseCost
 
 FACTORS = (
     "prompt",
@@ -120,23 +122,6 @@ def sim_metrics(
             float(out.sum()) / span if span > 0 else math.nan,
         ]
     )
-
-
-class MixedCost:
-    """Simulator cost model from a fit: steps carrying prefill tokens use the prefill phase's
-    parameters, decode-only steps (and closed-form decode runs) the decode phase's."""
-
-    def __init__(self, prefill: StepCost, decode: StepCost) -> None:
-        self.prefill, self.decode = prefill, decode
-
-    def time_of(
-        self, tokens: float, seqs: float, attn_pairs: float, kv_tokens: float, score_elems: float
-    ) -> float:
-        cost = self.prefill if tokens > seqs else self.decode
-        return cost.time_of(tokens, seqs, attn_pairs, kv_tokens, score_elems)
-
-    def decode_lines(self, batch: int, sum_context: float) -> DecodeLines:
-        return self.decode.decode_lines(batch, sum_context)
 
 
 # Fields that name a model rather than shape it.
@@ -383,7 +368,7 @@ class Game:
             prompt = np.minimum(prompt, kv - 16)
             peak = prompt + np.maximum(output - 1, 0)
         if mbt is None:
-            mbt = max(8192, max_seqs) if chunked else max(8192, min(model.max_context, kv))
+            mbt = default_token_budget(chunked, max_seqs, model.max_context, kv)
         mbt = max(mbt, max_seqs) if chunked else max(mbt, int(peak.max()))
         config = EngineConfig(
             kv_capacity_tokens=kv,
@@ -391,7 +376,7 @@ class Game:
             max_batched_tokens=mbt,
             chunked_prefill=chunked,
         )
-        return prompt, output, cached, config, MixedCost(cost("prefill"), cost("decode"))
+        return prompt, output, cached, config, PhaseCost(cost("prefill"), cost("decode"))
 
     def _load_notes(self, worst: float) -> None:
         parts = []

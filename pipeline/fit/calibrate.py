@@ -40,6 +40,7 @@ from scipy.optimize import minimize
 from pipeline import catalog
 from pipeline.physics import StepCost, kv_bytes_per_token
 from pipeline.schema import deployment as deployment_key
+from pipeline.schema.latency import latencies
 from pipeline.sim.config import VLLM_V0_WATERMARK, EngineConfig, kv_capacity_tokens
 from pipeline.sim.engine import simulate
 
@@ -136,8 +137,10 @@ class Run:
 
 
 def tpot_of(ttft: F64, e2e: F64, output: NDArray[np.int64]) -> F64:
-    m = output > 1
-    return (e2e[m] - ttft[m]) / (output[m] - 1)
+    """TPOT (docs/metrics.md, schema/latency.py) of the requests that have one (output > 1);
+    times are relative to arrival, so first token = TTFT and finish = E2E."""
+    tpot = latencies(np.zeros_like(ttft), ttft, e2e, output)["tpot_s"]
+    return tpot[output > 1]
 
 
 def recorded_scheduler(dep: Deployment) -> str | None:

@@ -27,7 +27,8 @@ from typing import Any
 
 from pipeline import catalog
 from pipeline.fit.core import FittedModel, GroupKey
-from pipeline.physics import DecodeLines, StepCost
+from pipeline.physics import StepCost
+from pipeline.sim.cost import PhaseCost
 
 DEFAULTS = {"mfu": 0.5, "mbu": 0.7, "step_overhead": 2e-3, "seq_overhead": 1e-5}
 PARAMS = tuple(DEFAULTS)
@@ -52,27 +53,6 @@ class Target:
             flash_attention=self.flash_attention,
             **{k: eff[k] for k in PARAMS},
         )
-
-
-@dataclass(frozen=True)
-class PhaseCost:
-    """The engine's cost model: prefill-carrying steps and decode-only steps priced apart."""
-
-    prefill: StepCost
-    decode: StepCost
-
-    def time_of(
-        self, tokens: float, seqs: float, attn_pairs: float, kv_tokens: float, score_elems: float
-    ) -> float:
-        # tokens > seqs: some sequence computes more than one token, i.e. a prefill chunk.
-        c = self.prefill if tokens > seqs else self.decode
-        return c.time_of(tokens, seqs, attn_pairs, kv_tokens, score_elems)
-
-    def decode_lines(self, batch: int, sum_context: float) -> DecodeLines:
-        return self.decode.decode_lines(batch, sum_context)
-
-    def params(self) -> dict[str, Any]:
-        return {"prefill": self.prefill.params(), "decode": self.decode.params()}
 
 
 @dataclass(frozen=True)

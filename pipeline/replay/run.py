@@ -33,7 +33,12 @@ from pipeline.replay.cost import CostChoice, Target, choose, choose_calibrated
 from pipeline.replay.workload import Workload
 from pipeline.schema.latency import latencies
 from pipeline.sim.cluster import Pool, PoolResult, simulate_pool
-from pipeline.sim.config import VLLM_V0_WATERMARK, EngineConfig, kv_capacity_tokens
+from pipeline.sim.config import (
+    VLLM_V0_WATERMARK,
+    EngineConfig,
+    default_token_budget,
+    kv_capacity_tokens,
+)
 from pipeline.warehouse.arrow import polars_schema
 
 NAN = float("nan")
@@ -146,7 +151,7 @@ def _engine_config(
         mbt = chunk  # Sarathi's chunk size is the step's token budget
     reserve = min(int(s.max_seq_len or model.max_context), kv_tokens)
     if mbt is None:
-        mbt = max(8192, mns) if chunked else max(8192, min(reserve, kv_tokens), longest)
+        mbt = default_token_budget(chunked, mns, reserve, kv_tokens, longest)
     mbt = int(mbt)
     if not chunked and mbt < longest:
         notes.append(

@@ -8,6 +8,21 @@ from pipeline.catalog import GPU, Model
 from pipeline.physics import kv_bytes_per_token, kv_replication, weight_bytes
 
 VLLM_V0_WATERMARK = 0.01  # vLLM V0 BlockSpaceManager(watermark=0.01): blocks kept free at admission
+VLLM_TOKEN_BUDGET = 8192  # vLLM's default max_num_batched_tokens for online serving
+
+
+def default_token_budget(
+    chunked: bool, max_num_seqs: int, max_model_len: int, kv_tokens: int, longest: int = 0
+) -> int:
+    """The per-step token budget a server uses when the log does not record one.
+
+    vLLM's online default is 8,192; with chunked prefill it must cover one token per running
+    sequence, and without chunking the longest request must fit one step (vLLM raises the
+    budget to max_model_len, itself bounded by the KV capacity). Generator, replay and
+    attribution's counterfactuals all call this one rule."""
+    if chunked:
+        return max(VLLM_TOKEN_BUDGET, max_num_seqs)
+    return max(VLLM_TOKEN_BUDGET, min(max_model_len, kv_tokens), longest)
 
 
 @dataclass(frozen=True)

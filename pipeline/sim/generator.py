@@ -18,7 +18,7 @@ import numpy as np
 
 from pipeline import __version__, catalog
 from pipeline.physics import StepCost, StepWork, critical_batch
-from pipeline.sim.config import EngineConfig, kv_capacity_tokens
+from pipeline.sim.config import EngineConfig, default_token_budget, kv_capacity_tokens
 from pipeline.sim.engine import simulate
 from pipeline.sim.result import SimResult
 from pipeline.sim.workload import Workload, inter_arrivals, lengths
@@ -115,10 +115,10 @@ def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
     )
     if spec.max_batched_tokens is not None:
         mbt = spec.max_batched_tokens
-    elif spec.chunked_prefill:
-        mbt = max(8192, spec.max_num_seqs)
-    else:  # vLLM requires max_num_batched_tokens >= max_model_len without chunking
-        mbt = max(8192, min(model.max_context, kv_tokens))
+    else:
+        mbt = default_token_budget(
+            spec.chunked_prefill, spec.max_num_seqs, model.max_context, kv_tokens
+        )
     config = EngineConfig(
         kv_capacity_tokens=kv_tokens,
         max_num_seqs=spec.max_num_seqs,
