@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.ingest.sources import read_head
+from pipeline.files.sources import read_head
 from pipeline.readers import registry
 from pipeline.readers.base import ReadContext, ReaderOutput, sibling_run_id
 from pipeline.readers.companions import companion_reason
@@ -409,7 +409,7 @@ def test_current_clients_figures() -> None:
 
 
 def test_run_id_head_is_the_sniffing_head() -> None:
-    from pipeline.ingest.sources import HEAD_BYTES
+    from pipeline.files.sources import HEAD_BYTES
     from pipeline.readers.base import HEAD_BYTES as RUN_ID_HEAD
 
     assert HEAD_BYTES == RUN_ID_HEAD  # sibling_run_id must hash what ingest hashes

@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.ingest.sources import read_head
+from pipeline.files.sources import read_head
 from pipeline.readers import registry
 from pipeline.readers.base import InputError, ReadContext
 from pipeline.readers.mapping import MappingError, reader_for_mapping

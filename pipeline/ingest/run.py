@@ -25,8 +25,7 @@ import duckdb
 import numpy as np
 import polars as pl
 
-from pipeline.ingest import metadata
-from pipeline.ingest.sources import (
+from pipeline.files.sources import (
     HEAD_BYTES,
     discover,
     is_binary,
@@ -34,6 +33,7 @@ from pipeline.ingest.sources import (
     read_head,
     sha256_file,
 )
+from pipeline.ingest import metadata
 from pipeline.ingest.validate import validate
 from pipeline.readers.base import InputError, ReadContext, Reader, ReaderOutput
 from pipeline.readers.base import file_run_id as default_run_id

@@ -19,7 +19,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from pipeline.ingest.sources import iter_blocks
+from pipeline.files.sources import iter_blocks
 from pipeline.readers.base import (
     QUARANTINE_SCHEMA,
     InputError,

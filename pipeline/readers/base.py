@@ -27,6 +27,7 @@ from typing import Protocol
 
 import polars as pl
 
+from pipeline.files.sources import InputError as InputError  # readers raise it: part of their API
 from pipeline.schema.record import RequestRecord
 
 
@@ -100,10 +101,6 @@ class Reader(Protocol):
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
         """Yield the file's content as canonical frames."""
-
-
-class InputError(Exception):
-    """A whole input cannot be read (binary, truncated, unknown): becomes a quarantine row."""
 
 
 def empty_requests() -> pl.DataFrame:

@@ -43,7 +43,7 @@ class BurstGptReader:
         return tuple(c.csv_header(head)) in (SIX, EIGHT)
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
-        from pipeline.ingest.sources import read_head
+        from pipeline.files.sources import read_head
 
         header = tuple(c.csv_header(read_head(ctx.path)))
         if header not in (SIX, EIGHT):

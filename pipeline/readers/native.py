@@ -16,8 +16,8 @@ from pathlib import Path
 import polars as pl
 from pydantic import ValidationError
 
-from pipeline.ingest.lines import LineChunk, OverlongLine, Truncated, iter_line_chunks
-from pipeline.ingest.sources import iter_blocks
+from pipeline.files.lines import LineChunk, OverlongLine, Truncated, iter_line_chunks
+from pipeline.files.sources import iter_blocks
 from pipeline.readers.base import (
     CANONICAL_SCHEMA,
     QUARANTINE_SCHEMA,

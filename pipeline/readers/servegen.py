@@ -43,7 +43,7 @@ class ServegenReader:
         return bool(lines) and all(_TRACE_LINE.match(ln) for ln in lines)
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
-        from pipeline.ingest.sources import read_head
+        from pipeline.files.sources import read_head
 
         head = read_head(ctx.path, 4096)
         if _DATASET.match(c.head_text(head)):

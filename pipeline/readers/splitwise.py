@@ -45,7 +45,7 @@ class SplitwiseReader:
         return h == TRACE or h[: len(PERF_MODEL)] == PERF_MODEL
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
-        from pipeline.ingest.sources import read_head
+        from pipeline.files.sources import read_head
 
         header = tuple(c.csv_header(read_head(ctx.path)))
         if header != TRACE:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.readers.base import InputError
+from pipeline.files.sources import InputError
 
 _WS = np.zeros(256, dtype=bool)
 _WS[[0x20, 0x09, 0x0D, 0x0A]] = True

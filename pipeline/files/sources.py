@@ -11,7 +11,10 @@ from typing import BinaryIO
 
 import zstandard
 
-from pipeline.readers.base import InputError
+
+class InputError(Exception):
+    """A whole input cannot be read (binary, truncated, unknown): becomes a quarantine row."""
+
 
 HEAD_BYTES = 64 * 1024  # = pipeline.readers.base.HEAD_BYTES (tests/test_conformance_real_traces)
 BLOCK_BYTES = 8 * 1024 * 1024
