@@ -134,7 +134,8 @@ def test_absent_sections_say_so_in_one_line(page):
     assert s["claims"]["absent"].startswith("No claims checked yet")
     assert s["changes"]["absent"].startswith("No comparison period")
     assert s["parity"]["absent"].startswith("No tool summary beside these logs")
-    assert html.count('class="absent"') == 5
+    assert s["model"]["absent"].startswith("No calibrated model")
+    assert html.count('class="absent"') == 6
 
 
 def test_data_quality_section(page):
@@ -351,3 +352,72 @@ def test_series_colours_are_twenty_distinct_and_tables_scroll(page):
     _, html, _ = page
     assert '"scheme": "tableau20"' in html or '"scheme":"tableau20"' in html  # 20 series colours
     assert ".table-wrap{overflow-x:auto}" in html  # wide tables scroll instead of being cut off
+
+
+def _model_tables(layout):
+    key = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "H100-SXM", "gpu_count": 1,
+           "engine": "vllm", "engine_version": "0.19.0", "weight_dtype": "bf16",
+           "kv_dtype": "bf16", "deployment": "d1"}  # fmt: skip
+    params = [  # (parameter, value, ci_low, ci_high, status)
+        ("mfu", 0.61, 0.58, 0.64, "fitted"),
+        ("mbu", 1.0, None, None, "at bound"),
+        ("overlap", 0.4, 0.1, 0.7, "fitted"),
+        ("step_overhead_s", 0.0042, None, None, "not identifiable"),
+        ("seq_overhead_s", 0.0002, 0.0001, 0.0003, "fitted"),
+        ("kv_tokens", 54139.0, None, None, "recorded"),
+    ]
+    cal = {c: [key[c]] * 6 for c in key} | {
+        "scheduler": ["vllm-v1"] * 6, "scheduler_source": ["recorded"] * 6,
+        "parameter": [p[0] for p in params], "value": [p[1] for p in params],
+        "ci_low": [p[2] for p in params], "ci_high": [p[3] for p in params],
+        "status": [p[4] for p in params], "runs": [2] * 6,
+    }  # fmt: skip
+    write_derived(layout, "calibration", derived_frame("calibration", cal))
+    # Two runs held out: |errors| of TTFT p50/p90 are 0.10, 0.30 (run a) and 0.20, 0.05 (b):
+    # median 0.15, worst 0.30; TPOT 0.02, 0.04, 0.01, 0.03: median 0.025, worst 0.04.
+    errs = {
+        "a": {"ttft_p50": 0.10, "ttft_p90": -0.30, "tpot_p50": 0.02, "tpot_p90": -0.04},
+        "b": {"ttft_p50": -0.20, "ttft_p90": 0.05, "tpot_p50": 0.01, "tpot_p90": 0.03},
+    }
+    rows = [(r, m, e) for r, d in errs.items() for m, e in d.items()]
+    val = {c: [key[c]] * len(rows) for c in key} | {
+        "run_id": [r for r, _, _ in rows], "metric": [m for _, m, _ in rows],
+        "error": [e for _, _, e in rows], "observed": [1.0] * len(rows),
+        "replayed": [1.0 + e for _, _, e in rows], "scheduler": ["vllm-v1"] * len(rows),
+        "split": ["leave-one-run-out"] * len(rows),
+    }  # fmt: skip
+    write_derived(layout, "validation", derived_frame("validation", val))
+
+
+def test_model_on_trial_shows_marks_and_measured_error(tmp_path):
+    layout = make_warehouse(tmp_path / "wh", tmp_path / "logs", [Spec(n=300, seed=4)])
+    _model_tables(layout)
+    attribution = {"metric": ["ttft_mean"], "factor": ["load"], "contribution": [0.1]}
+    write_derived(layout, "attribution", derived_frame("attribution", attribution))
+    r = build_report(layout, tmp_path / "r")
+    s = r.summary["sections"]["model"]
+    assert (s["deployments"], s["validated"]) == (1, 1)
+    (held,) = s["held_out"]
+    assert (held["split"], held["runs"]) == ("leave-one-run-out", 2)
+    assert held["median_ttft"] == pytest.approx(0.15)
+    assert held["median_tpot"] == pytest.approx(0.025)
+    page = r.path.read_text()
+    # Marks, never a value presented as fitted: the bound, the unidentified overhead.
+    assert "1.000 (at bound)" in page and "not identifiable" in page
+    assert "4.2" not in page.split('id="model"')[1].split("</section>")[0]
+    assert "0.610 [0.580, 0.640]" in page and "54,139 (recorded)" in page
+    assert "15.0 %" in page and "30.0 %" in page  # median and worst TTFT |error|
+    # The sections that lean on the model quote its error (attribution here; replay has none).
+    section = page.split('id="attribution"')[1].split("</section>")[0]
+    assert "on runs it was not fitted on: " in section
+    assert "median |error| TTFT 15.0 %, TPOT 2.5 % (leave-one-run-out, 2 run(s))" in section
+
+
+def test_model_cell_rules():
+    from pipeline.report.sections.model import cell
+
+    assert cell("mfu", 0.5, 0.4, 0.6, "fitted") == "0.500 [0.400, 0.600]"
+    assert cell("mbu", 0.9999, None, None, "at bound") == "1.000 (at bound)"
+    assert cell("step_overhead_s", 0.004, None, None, "not identifiable") == "not identifiable"
+    assert cell("kv_tokens", 1000.0, None, None, "lower bound") == ">= 1,000 (lower bound)"
+    assert cell("seq_overhead_s", 2e-4, 1e-4, 3e-4, "fitted") == "0.2 [0.1, 0.3]"

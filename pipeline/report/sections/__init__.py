@@ -12,6 +12,7 @@ ORDER = (
     "decode_batch",
     "roofline",
     "efficiency",
+    "model",
     "attribution",
     "replay",
     "claims",

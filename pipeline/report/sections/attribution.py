@@ -122,7 +122,10 @@ def section_from_frame(ctx: Context, frame: pl.DataFrame | None) -> Section:
     for g in groups[:MAX_METRICS]:
         metric = str(g["metric"][0]) if "metric" in g.columns else "change"
         parts.append(f"<h3>{esc(metric)}</h3>" + render(ctx, g, metric))
-    s.body = "".join(parts)
+    from pipeline.report.sections.model import note
+
+    # Counterfactuals are replays of the fitted model: say how accurate it was on this data.
+    s.body = "".join(parts) + note(ctx)
     s.summary = {"metrics": len(groups), "factors": frame.height}
     return s
 

@@ -27,7 +27,9 @@ _SHOWN = (
 )
 
 
-def section_from_frame(frame: pl.DataFrame | None, steps: int | None = None) -> Section:
+def section_from_frame(
+    frame: pl.DataFrame | None, steps: int | None = None, accuracy: str = ""
+) -> Section:
     s = Section("replay", "Replay what-ifs")
     if (frame is None or frame.is_empty()) and not steps:
         s.absent = (
@@ -49,7 +51,7 @@ def section_from_frame(frame: pl.DataFrame | None, steps: int | None = None) -> 
         )
     if steps:
         body += f'<p class="note">{esc(f"{steps:,}")} simulated engine steps in replay_steps.</p>'
-    s.body = body
+    s.body = body + accuracy  # what-ifs are replays of the model: its measured error beside them
     s.summary = {"scenarios": 0 if frame is None else frame.height, "steps": steps or 0}
     return s
 
@@ -57,4 +59,6 @@ def section_from_frame(frame: pl.DataFrame | None, steps: int | None = None) -> 
 def build(ctx: Context) -> Section:
     frame = ctx.query("replay_compare") if ctx.has("replay_requests") else None
     steps = ctx.count("replay_steps") if ctx.has("replay_steps") else None
-    return section_from_frame(frame, steps)
+    from pipeline.report.sections.model import note
+
+    return section_from_frame(frame, steps, note(ctx))
