@@ -14,13 +14,14 @@ from click.testing import CliRunner
 
 from pipeline.cli import main
 from pipeline.fit import fit_warehouse, store
+from pipeline.query.named import load, run_named
 from pipeline.report import Options, build_report
 from pipeline.report._testdata import EPOCH, XSS, Spec, make_warehouse
 from pipeline.report.context import MAX_POINTS
 from pipeline.warehouse.derived import write_derived
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.views import connect
-from tests.conftest import derived_frame
+from tests.conftest import REPO, derived_frame
 
 DAY = 86400.0
 
@@ -421,3 +422,64 @@ def test_model_cell_rules():
     assert cell("step_overhead_s", 0.004, None, None, "not identifiable") == "not identifiable"
     assert cell("kv_tokens", 1000.0, None, None, "lower bound") == ">= 1,000 (lower bound)"
     assert cell("seq_overhead_s", 2e-4, 1e-4, 3e-4, "fitted") == "0.2 [0.1, 0.3]"
+
+
+def test_knee_is_the_lowest_rate_past_twice_the_base():
+    from pipeline.report.sections.load import knees
+
+    df = pl.DataFrame(
+        {
+            "deployment": ["a"] * 4 + ["b"] * 2,
+            "series": ["A"] * 4 + ["B"] * 2,
+            "request_rate": [2.0, 1.0, 3.0, 4.0, 1.0, 2.0],
+            "ttft_p90": [0.19, 0.10, 0.21, 0.50, 0.3, 0.5],  # a: base 0.10 at 1 req/s
+        }
+    )
+    k = {r["deployment"]: r for r in knees(df).iter_rows(named=True)}
+    assert k["a"]["knee_rate"] == 3.0 and k["a"]["base_ttft_p90"] == 0.10  # 0.21 > 0.20
+    assert k["b"]["knee_rate"] is None and k["b"]["runs"] == 2  # 0.5 < 2 x 0.3
+
+
+def test_load_curves_from_runs_at_several_rates(tmp_path):
+    specs = [Spec(n=300, seed=s, rate=r, start=EPOCH + 3600 * s) for s, r in ((1, 1.0), (2, 4.0))]
+    layout = make_warehouse(tmp_path / "wh", tmp_path / "logs", specs)
+    r = build_report(layout, tmp_path / "r")
+    s = r.summary["sections"]["load"]
+    assert (s["deployments"], s["runs"]) == (2, 4)
+    assert s["replayed_points"] == 0  # no calibration: no model curve, and none pretended
+    # The achieved rate is the benchmarks' request throughput, recomputed here from the rows.
+    got = run_named(connect(layout), load("report_load_curve", REPO / "queries")).to_pylist()
+    req = pl.from_arrow(connect(layout).sql("SELECT * FROM requests").to_arrow_table())
+    for row in got:
+        g = req.filter((pl.col("run_id") == row["run_id"]) & (pl.col("status") == "ok"))
+        g = g.filter(pl.col("deployment") == row["deployment"])
+        duration = (g["t_arrival"] + g["e2e_s"]).max() - g["t_arrival"].min()
+        assert row["request_rate"] == pytest.approx(g.height / duration, rel=1e-12)
+        assert row["ttft_p90"] == pytest.approx(g["ttft_s"].quantile(0.9, "linear"), rel=1e-12)
+    html = r.path.read_text()
+    assert "Latency against load" in html and "knee (req/s)" in html
+
+
+def test_load_curve_replays_a_calibrated_deployment(tmp_path):
+    specs = [Spec(n=200, seed=s, rate=r, start=EPOCH + 3600 * s) for s, r in ((1, 1.0), (2, 3.0))]
+    layout = make_warehouse(tmp_path / "wh", tmp_path / "logs", specs)
+    dep = pl.from_arrow(
+        connect(layout)
+        .sql(
+            "SELECT DISTINCT deployment, model, gpu, gpu_count, engine, weight_dtype, kv_dtype "
+            "FROM requests WHERE model LIKE '%8B%'"
+        )
+        .to_arrow_table()
+    ).row(0, named=True)
+    values = {"mfu": 0.5, "mbu": 0.6, "overlap": 0.5, "step_overhead_s": 0.004,
+              "seq_overhead_s": 0.0002, "kv_tokens": 400_000.0}  # fmt: skip
+    n = len(values)
+    cal = {k: [v] * n for k, v in dep.items()} | {
+        "scheduler": ["vllm-v1"] * n, "parameter": list(values), "value": list(values.values()),
+        "status": ["fitted"] * n,
+    }  # fmt: skip
+    write_derived(layout, "calibration", derived_frame("calibration", cal))
+    r = build_report(layout, tmp_path / "r")
+    s = r.summary["sections"]["load"]
+    assert s["replayed_points"] == 8 * 3  # eight rates x p50/p90/p99, one calibrated deployment
+    assert "Dotted: the calibrated model" in r.path.read_text()

@@ -6,6 +6,7 @@ ORDER = (
     "headline",
     "parity",
     "distributions",
+    "load",
     "changes",
     "ttft_prompt",
     "ttft_breakdown",

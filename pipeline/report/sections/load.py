@@ -1,0 +1,235 @@
+"""Latency against load: for deployments with runs at several loads (a rate sweep), each run's
+p50/p90/p99 TTFT and TPOT against its achieved request rate and output throughput, with the SLO
+lines and the knee; where the deployment has a calibrated model, the replayed curve beside the
+points, extended past the highest observed rate.
+
+Knee (issue 14): the lowest achieved rate whose p90 TTFT exceeds twice the p90 TTFT of the
+lowest-rate run. The replayed curve serves the highest-rate run's requests (lengths and arrival
+pattern) again with arrivals compressed or stretched in time to each rate, through the same
+scheduler and step costs `pipeline fit` calibrated (``fit.calibrate.simulate_run``); it is a
+model's prediction and is drawn as a line, never as observed points.
+"""
+
+from __future__ import annotations
+
+import math
+
+import altair as alt
+import numpy as np
+import polars as pl
+
+from pipeline.report.context import Context
+from pipeline.report.html import Col, Section, esc, ms, num, table
+from pipeline.report.sections.common import label_expr
+
+KNEE_FACTOR = 2.0
+REPLAY_SCALES = 8  # rates on the replayed curve
+REPLAY_BEYOND = 1.5  # ... up to this multiple of the highest observed rate
+MAX_REPLAY_REQUESTS = 3000  # per replayed point: the report stays a report, not a benchmark
+
+
+def knees(df: pl.DataFrame) -> pl.DataFrame:
+    """Per deployment: runs, rate range and the knee rate (null when no run is past it)."""
+    rows = []
+    for (dep,), g in df.sort("request_rate").group_by("deployment", maintain_order=True):
+        base = g["ttft_p90"][0]
+        past = g.filter(pl.col("ttft_p90") > KNEE_FACTOR * base)
+        rows.append(
+            {
+                "deployment": dep,
+                "series": g["series"][0],
+                "runs": g.height,
+                "rate_lo": g["request_rate"].min(),
+                "rate_hi": g["request_rate"].max(),
+                "base_ttft_p90": base,
+                "knee_rate": past["request_rate"][0] if past.height else None,
+            }
+        )
+    return pl.DataFrame(rows)
+
+
+def _run_arrays(ctx: Context, run_id: str) -> pl.DataFrame:
+    rid = run_id.replace("'", "''")
+    return ctx._frame(
+        ctx.con.arrow(
+            f"""SELECT t_arrival, prompt_tokens, output_tokens FROM requests
+            WHERE run_id = '{rid}' AND status = 'ok' AND t_arrival IS NOT NULL
+              AND prompt_tokens > 0 AND output_tokens IS NOT NULL
+            ORDER BY t_arrival"""
+        )
+    )
+
+
+def replayed(ctx: Context, df: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """The calibrated model's curve per deployment that has a calibration; and notes."""
+    from pipeline.fit.calibrate import Deployment, Run, simulate_run, tpot_of
+    from pipeline.schema import deployment as key
+
+    empty = pl.DataFrame(
+        schema={"series": pl.Utf8, "request_rate": pl.Float64, "stat": pl.Utf8,
+                "ttft": pl.Float64, "tpot": pl.Float64}
+    )  # fmt: skip
+    if not ctx.has("calibration"):
+        return empty, []
+    cal = ctx.table("calibration")
+    rows, notes = [], []
+    for (dep_id,), g in df.sort("request_rate").group_by("deployment", maintain_order=True):
+        c = cal.filter(pl.col("deployment") == dep_id)
+        if c.is_empty():
+            continue
+        first = c.row(0, named=True)
+        if first["scheduler"] == "distserve":
+            notes.append(f"{g['series'][0]}: no replayed curve for a disaggregated deployment")
+            continue
+        values = {r["parameter"]: r["value"] for r in c.iter_rows(named=True)}
+        dep = Deployment(**{n: first[n] for n in key.NAMES})
+        top = g.row(g.height - 1, named=True)
+        arr = _run_arrays(ctx, top["run_id"]).head(MAX_REPLAY_REQUESTS)
+        if arr.height < 20:
+            continue
+        t = arr["t_arrival"].to_numpy().astype(float)
+        t = t - t[0]
+        prompt = arr["prompt_tokens"].to_numpy().astype(np.int64)
+        output = arr["output_tokens"].to_numpy().astype(np.int64)
+        kv = int(values.get("kv_tokens") or 0)
+        longest = int((prompt + output).max())
+        lo, hi = float(g["request_rate"].min()), float(g["request_rate"].max()) * REPLAY_BEYOND
+        span = float(t[-1]) if t[-1] > 0 else 1.0
+        base_rate = (len(t) - 1) / span
+        for rate in np.geomspace(max(lo * 0.8, 1e-6), hi, REPLAY_SCALES):
+            arrival = t * (base_rate / rate)
+            run = Run("replay", arrival, prompt, output, np.zeros_like(arrival), arrival * 0)
+            ttft, e2e = simulate_run(values, dep, first["scheduler"], run, max(kv, 1), longest)
+            duration = float(np.max(run.arrival + e2e))  # run.arrival starts at 0
+            tpot = tpot_of(ttft, e2e, run.output)
+            achieved = run.n / duration if duration > 0 else math.nan
+            for p in (50, 90, 99):
+                rows.append(
+                    {
+                        "series": g["series"][0],
+                        "request_rate": achieved,
+                        "stat": f"p{p}",
+                        "ttft": float(np.percentile(ttft, p)),
+                        "tpot": float(np.percentile(tpot, p)) if len(tpot) else math.nan,
+                    }
+                )
+    return (pl.DataFrame(rows, schema=empty.schema) if rows else empty), notes
+
+
+def _chart(
+    ctx: Context,
+    obs: pl.DataFrame,
+    rep: pl.DataFrame,
+    k: pl.DataFrame,
+    what: str,
+    x: str,
+    slo: float,
+) -> str:
+    unit = "ms" if what == "ttft" else "ms per token"
+    title = f"{what.upper()} ({unit})"
+    stats = [f"{what}_p50", f"{what}_p90", f"{what}_p99"]
+    long = obs.unpivot(
+        index=["series", x, "run_id"], on=stats, variable_name="stat", value_name="s"
+    ).with_columns(pl.col("stat").str.replace(f"{what}_", ""), (pl.col("s") * 1000).alias("ms"))
+    xt = "achieved request rate (req/s)" if x == "request_rate" else "output throughput (tok/s)"
+    color = alt.Color("series:N", title="deployment")
+    dash = alt.StrokeDash("stat:N", title="percentile")
+    points = (
+        alt.Chart(long)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X(f"{x}:Q", title=xt),
+            y=alt.Y("ms:Q", title=title, scale=alt.Scale(type="log")),
+            color=color,
+            strokeDash=dash,
+            tooltip=["series:N", "run_id:N", "stat:N", f"{x}:Q", "ms:Q"],
+        )
+    )
+    layers = [points]
+    if x == "request_rate" and rep.height:
+        r = rep.with_columns((pl.col(what) * 1000).alias("ms")).filter(pl.col("ms") > 0)
+        layers.append(
+            alt.Chart(r)
+            .mark_line(strokeWidth=1, opacity=0.6, strokeDash=[2, 2])
+            .encode(
+                x="request_rate:Q",
+                y=alt.Y("ms:Q", scale=alt.Scale(type="log")),
+                color=color,
+                detail="stat:N",
+                tooltip=["series:N", "stat:N", "request_rate:Q", "ms:Q"],
+            )
+        )
+    marked = k.filter(pl.col("knee_rate").is_not_null())
+    if x == "request_rate" and marked.height:  # the knee, a vertical rule per deployment
+        layers.append(
+            alt.Chart(marked.select("series", "knee_rate"))
+            .mark_rule(strokeDash=[1, 2], strokeWidth=2)
+            .encode(x="knee_rate:Q", color=color, tooltip=["series:N", "knee_rate:Q"])
+        )
+    slo_frame = pl.DataFrame({"ms": [slo * 1000], "label": [f"SLO {slo * 1000:g} ms"]})
+    layers.append(
+        alt.Chart(slo_frame).mark_rule(color="#d62728", strokeDash=[6, 3]).encode(y="ms:Q")
+    )
+    return ctx.chart(alt.layer(*layers).properties(width=300, height=240), f"{what} vs {x}")
+
+
+def build(ctx: Context) -> Section:
+    s = Section("load", "Latency against load")
+    df = ctx.query("report_load_curve")
+    if df is None or df.is_empty():
+        s.absent = (
+            "No deployment has runs at several loads (a rate sweep): latency-vs-load curves "
+            "need two runs or more of one deployment with arrival times."
+        )
+        return s
+    df = df.with_columns(label_expr(with_deployment=True))
+    # Two deployments with the same label (another engine, say) stay two series.
+    dup = df.group_by("series").agg(pl.col("deployment").n_unique().alias("n"))
+    if (dup["n"] > 1).any():
+        df = df.with_columns((pl.col("series") + " [" + pl.col("deployment") + "]").alias("series"))
+    rep, notes = replayed(ctx, df)
+    o = ctx.options
+    k = knees(df)
+    charts = (
+        _chart(ctx, df, rep, k, "ttft", "request_rate", o.slo_ttft)
+        + _chart(ctx, df, rep, k, "tpot", "request_rate", o.slo_tpot)
+        + _chart(ctx, df, rep, k, "ttft", "output_throughput", o.slo_ttft)
+    )
+
+    def knee(v: object) -> str:
+        return "none within the runs" if v is None else num(v, 2)
+
+    knee_table = table(
+        k,
+        [
+            Col("series", "deployment"),
+            Col("runs", "runs", num, True),
+            Col("rate_lo", "lowest rate (req/s)", lambda v: num(v, 2), True),
+            Col("rate_hi", "highest rate (req/s)", lambda v: num(v, 2), True),
+            Col("base_ttft_p90", "p90 TTFT at the lowest (ms)", ms, True),
+            Col("knee_rate", "knee (req/s)", knee, True),
+        ],
+    )
+    note = (
+        "Points: each run's percentiles from its requests (solid p50, dashed p90/p99); red: the "
+        f"SLO (--slo-ttft {o.slo_ttft * 1000:g} ms, --slo-tpot {o.slo_tpot * 1000:g} ms). Knee: "
+        f"the lowest rate whose p90 TTFT exceeds {KNEE_FACTOR:g}x its value at the lowest rate "
+        "(dotted vertical rule)."
+    )
+    if rep.height:
+        note += (
+            " Dotted: the calibrated model replaying the highest-rate run's requests at other "
+            f"offered rates up to {REPLAY_BEYOND:g}x the highest observed, drawn at the rate it "
+            "achieves (past capacity the achieved rate stops growing while latency does); a "
+            "prediction, whose measured error is in 'The model on trial'."
+        )
+    for n in notes:
+        note += f" {n}."
+    s.body = charts + knee_table + f'<p class="note">{esc(note)}</p>'
+    s.summary = {
+        "deployments": k.height,
+        "runs": df.height,
+        "knees": {r["series"]: r["knee_rate"] for r in k.iter_rows(named=True)},
+        "replayed_points": rep.height,
+    }
+    return s
