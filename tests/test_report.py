@@ -136,7 +136,9 @@ def test_absent_sections_say_so_in_one_line(page):
     assert s["changes"]["absent"].startswith("No comparison period")
     assert s["parity"]["absent"].startswith("No tool summary beside these logs")
     assert s["model"]["absent"].startswith("No calibrated model")
-    assert html.count('class="absent"') == 6
+    # One run per deployment in this fixture: no rate sweep to draw.
+    assert s["load"]["absent"].startswith("No deployment has runs at several loads")
+    assert html.count('class="absent"') == 7
 
 
 def test_data_quality_section(page):
