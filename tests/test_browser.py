@@ -113,14 +113,14 @@ def rendered(tmp_path_factory):
 def test_every_chart_rendered_with_marks(rendered):
     result, dom, _, _ = rendered
     charts = Dom(dom).charts()
-    assert len(charts) == result.summary["charts"] == 9  # 4 + the distributions' 5 CDFs
+    assert len(charts) == result.summary["charts"] == 10  # 4 + 5 CDFs + over time
     assert {c: a.get("data-rendered") for c, a in charts.items()} == dict.fromkeys(charts, "ok")
     marks = {c: int(a["data-marks"]) for c, a in charts.items()}
     assert all(n > 0 for n in marks.values()), marks
     assert len(re.findall(r"<svg\b", dom)) >= 4
     # the marks are really in the DOM, not just counted by the page's own script
     assert len(re.findall(r'role="graphics-symbol"', dom)) >= sum(marks.values()) // 2
-    assert 'data-charts-done="9"' in dom and 'data-charts-failed="0"' in dom
+    assert 'data-charts-done="10"' in dom and 'data-charts-failed="0"' in dom
 
 
 def test_no_script_errors_and_clean_console(rendered):

@@ -122,8 +122,8 @@ def test_charts_embed_few_points(page):
     _, html, summary = page
     counts = [int(n) for n in re.findall(r'data-points="(\d+)"', html)]
     # ttft, breakdown, decode, roofline + 5 CDFs (TTFT, TPOT, E2E, prompt, output; no
-    # single-token ITL gaps in this synthetic log)
-    assert len(counts) == summary["charts"] == 9
+    # single-token ITL gaps in this synthetic log) + over time
+    assert len(counts) == summary["charts"] == 10
     assert all(0 < n <= MAX_POINTS for n in counts)
 
 
@@ -485,3 +485,144 @@ def test_load_curve_replays_a_calibrated_deployment(tmp_path):
     s = r.summary["sections"]["load"]
     assert s["replayed_points"] == 8 * 3  # eight rates x p50/p90/p99, one calibrated deployment
     assert "Dotted: the calibrated model" in r.path.read_text()
+
+
+def test_over_time_counts_a_hand_worked_schedule():
+    """Three requests of one run, window 1 s (windows=4 over a 4 s run: raw 1.0 -> 1 s):
+    a arrives 0.0, scheduled 0.3, finishes 1.5 (10 tokens); b arrives 0.5, scheduled 2.1,
+    finishes 3.2 (20 tokens); c arrives 1.1, scheduled 2.5, finishes 4.0 (30 tokens). At each
+    window's end: in flight 2, 2, 2, 1, 0; waiting 1, 2, 0, 0, 0."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE requests (deployment VARCHAR, run_id VARCHAR, model VARCHAR, gpu VARCHAR, "
+        "gpu_count INTEGER, weight_dtype VARCHAR, status VARCHAR, t_arrival DOUBLE, "
+        "queue_s DOUBLE, ttft_s DOUBLE, e2e_s DOUBLE, output_tokens BIGINT)"
+    )
+    con.execute(
+        "INSERT INTO requests VALUES "
+        "('d', 'r', 'M', 'G', 1, 'bf16', 'ok', 0.0, 0.3, 0.5, 1.5, 10), "
+        "('d', 'r', 'M', 'G', 1, 'bf16', 'ok', 0.5, 1.6, 1.9, 2.7, 20), "
+        "('d', 'r', 'M', 'G', 1, 'bf16', 'ok', 1.1, 1.4, 1.6, 2.9, 30)"
+    )
+    rows = run_named(con, load("report_over_time", REPO / "queries"), {"windows": "4"})
+    got = {r["k"]: r for r in rows.to_pylist()}
+    assert sorted(got) == [0, 1, 2, 3, 4] and {r["window_s"] for r in got.values()} == {1.0}
+    assert [got[k]["in_flight"] for k in range(5)] == [2, 2, 2, 1, 0]
+    assert [got[k]["waiting"] for k in range(5)] == [1, 2, 0, 0, 0]
+    assert [got[k]["arrivals_per_s"] for k in range(5)] == [2.0, 1.0, 0.0, 0.0, 0.0]
+    assert [got[k]["output_tokens_per_s"] for k in range(5)] == [0.0, 10.0, 0.0, 20.0, 30.0]
+    # p90 of a's 0.5 and b's 1.9 (linear): 0.5 + 0.9 x 1.4; c alone in window 1
+    assert got[0]["ttft_p90"] == pytest.approx(1.76) and got[1]["ttft_p90"] == pytest.approx(1.6)
+    assert got[2]["ttft_p90"] is None
+    # No scheduled time logged: waiting is unknown (NULL), never a count from zeros.
+    con.execute("UPDATE requests SET queue_s = NULL")
+    rows = run_named(con, load("report_over_time", REPO / "queries"), {"windows": "4"})
+    assert {r["waiting"] for r in rows.to_pylist()} == {None}
+
+
+def test_over_time_section_draws_clocked_runs(page):
+    _, html, summary = page
+    s = summary["sections"]["over_time"]
+    assert s["panels"] == 5 and s["drawn"] == s["runs"] >= 1
+    assert "time since the run&#x27;s first arrival (s)" in html or "first arrival (s)" in html
+
+
+def test_why_paragraph_says_only_what_the_numbers_show():
+    from pipeline.report.sections.why import paragraph
+
+    row = {"ttft_p90": 1.36, "ttft_p50": 0.41, "tpot_p50": 0.032, "requests": 1200, "runs": 2,
+           "slow_queue_share": 0.71, "slow_with_queue": 120, "mean_in_flight": 18.04,
+           "output_tokens_per_s": 2345.4, "unclocked_runs": 0}  # fmt: skip
+    replay = {"replay_run_id": "two-replicas", "source_run_id": "r1",
+              "ttft_p90_replayed": 0.31, "ttft_p90_error": -0.772}  # fmt: skip
+    text = paragraph(row, (0.94, "calibrated"), [replay], "ACC.")
+    assert text == (
+        "p90 TTFT 1.36 s (p50 410 ms), p50 TPOT 32 ms per token, over 1,200 requests in 2 run(s). "
+        "71 % of the slowest tenth's TTFT was queueing: they waited for a slot, not for a slow "
+        "prefill. On average 18.0 requests were in flight and the server produced 2,345 output "
+        "tokens/s. By the calibrated step costs, prefilling these prompts one per step would "
+        "keep the GPU busy 94 % of the run time: near its prefill capacity, so TTFT grows "
+        "quickly with load. Replay two-replicas of run r1 gives p90 TTFT 310 ms (-77 %). ACC."
+    )
+    # Without a scheduled time, arrival times or a model, it says what is unknown and no more.
+    bare = row | {"slow_queue_share": None, "slow_with_queue": 0, "mean_in_flight": None}
+    text = paragraph(bare, None, [], "")
+    assert "unknown" in text and "queueing" not in text and "step costs" not in text
+    assert text.endswith("No arrival times: load and throughput are unknown.")
+
+
+def test_why_figures_from_a_hand_worked_log():
+    """Run r (clocked): a arrives 0, e2e 2 (TTFT 1.0, queue 0.8); b arrives 1, e2e 3 (TTFT 0.2,
+    queue 0.0): run time 4 s, mean in flight (2 + 3) / 4 = 1.25, output 40 tok / 4 s. Slowest
+    tenth (TTFT >= p90 = 0.92): a alone, queue share 0.8."""
+    import duckdb
+
+    from pipeline.report.sections.why import prefill_share
+
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE requests (deployment VARCHAR, run_id VARCHAR, model VARCHAR, gpu VARCHAR, "
+        "gpu_count INTEGER, weight_dtype VARCHAR, kv_dtype VARCHAR, engine VARCHAR, "
+        "status VARCHAR, t_arrival DOUBLE, queue_s DOUBLE, ttft_s DOUBLE, tpot_s DOUBLE, "
+        "e2e_s DOUBLE, prompt_tokens BIGINT, cached_tokens BIGINT, output_tokens BIGINT)"
+    )
+    con.execute(
+        "INSERT INTO requests VALUES "
+        "('d', 'r', 'M', 'G', 1, 'bf16', 'bf16', 'vllm', 'ok', 0, 0.8, 1.0, 0.1, 2, 100, 0, 10), "
+        "('d', 'r', 'M', 'G', 1, 'bf16', 'bf16', 'vllm', 'ok', 1, 0.0, 0.2, 0.1, 3, 300, 100, 30)"
+    )
+    (row,) = run_named(con, load("report_why", REPO / "queries")).to_pylist()
+    assert row["duration_s"] == 4.0 and row["mean_in_flight"] == 1.25
+    assert row["output_tokens_per_s"] == 10.0 and row["unclocked_runs"] == 0
+    assert row["slow_queue_share"] == pytest.approx(0.8) and row["slow_with_queue"] == 1
+    assert row["ttft_p90"] == pytest.approx(0.92)
+    prompts = pl.from_arrow(run_named(con, load("report_why_prompts", REPO / "queries")))
+
+    class Linear:  # 1 ms per new token, 0.1 ms per cached one
+        def prefill_time(self, new, cached):
+            return new * 1e-3 + cached * 1e-4
+
+    # (100 x 1 ms) + (200 x 1 ms + 100 x 0.1 ms) = 0.31 s of 4 s
+    assert prefill_share(Linear(), prompts, 4.0) == pytest.approx(0.31 / 4.0)
+
+
+def test_why_uses_the_calibrated_step_costs(tmp_path):
+    specs = [Spec(n=200, seed=1, rate=1.0)]
+    layout = make_warehouse(tmp_path / "wh", tmp_path / "logs", specs)
+    dep = pl.from_arrow(
+        connect(layout)
+        .sql(
+            "SELECT DISTINCT deployment, model, gpu, gpu_count, engine, weight_dtype, kv_dtype "
+            "FROM requests WHERE model LIKE '%8B%'"
+        )
+        .to_arrow_table()
+    ).row(0, named=True)
+    values = {"mfu": 0.5, "mbu": 0.6, "overlap": 0.5, "step_overhead_s": 0.004,
+              "seq_overhead_s": 0.0002, "kv_tokens": 400_000.0}  # fmt: skip
+    n = len(values)
+    cal = {k: [v] * n for k, v in dep.items()} | {
+        "scheduler": ["vllm-v1"] * n, "parameter": list(values), "value": list(values.values()),
+        "status": ["fitted"] * n,
+    }  # fmt: skip
+    write_derived(layout, "calibration", derived_frame("calibration", cal))
+    r = build_report(layout, tmp_path / "r")
+    assert r.summary["sections"]["why"]["with_prefill_share"] == 1
+    section = r.path.read_text().split('id="why"')[1].split("</section>")[0]
+    assert section.count("By the calibrated step costs") == 1
+
+
+def test_why_load_sentence_quotes_the_knee_rule():
+    from pipeline.report.sections.why import load_sentence
+
+    curve = {"runs": 4, "rate_lo": 0.87, "rate_hi": 2.48, "base_ttft_p90": 0.259,
+             "hi_ttft_p90": 29.5, "knee_rate": 2.14}  # fmt: skip
+    assert load_sentence(curve) == (
+        "Across its 4 runs (0.87-2.48 req/s achieved), p90 TTFT goes from 259 ms to 29.5 s; "
+        "it passes twice its lowest-rate value at 2.14 req/s."
+    )
+    assert load_sentence(curve | {"knee_rate": None}).endswith(
+        ", never twice its lowest-rate value."
+    )
+    assert load_sentence(None) == ""

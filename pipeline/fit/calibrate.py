@@ -243,7 +243,7 @@ class Calibration:
     alternatives: dict[str, float] = field(default_factory=dict)  # scheduler -> loss
 
     def step_cost(self) -> StepCost:
-        return _step_cost(self.deployment, self.values)
+        return step_cost(self.deployment, self.values)
 
     def replay(self, run: Run) -> tuple[F64, F64]:
         """Replayed (ttft, e2e) of every request of ``run``, in the run's order."""
@@ -251,7 +251,8 @@ class Calibration:
         return simulate_run(self.values, self.deployment, self.scheduler, run, kv, _longest([run]))
 
 
-def _step_cost(dep: Deployment, v: dict[str, float], tp: int | None = None) -> StepCost:
+def step_cost(dep: Deployment, v: dict[str, float], tp: int | None = None) -> StepCost:
+    """The step costs of calibrated parameters ``v`` (mfu, mbu, overlap, overheads)."""
     return StepCost(
         catalog.model(dep.model),
         catalog.gpu(dep.gpu),
@@ -282,7 +283,7 @@ def simulate_run(
     if scheduler == "distserve":
         return _simulate_disaggregated(v, dep, run, kv, longest)
     cfg = engine_config(scheduler, dep, max(kv, longest + 16), longest)
-    return _simulate(_step_cost(dep, v), cfg, run)
+    return _simulate(step_cost(dep, v), cfg, run)
 
 
 def _simulate_disaggregated(
@@ -308,7 +309,7 @@ def _simulate_disaggregated(
         mixed_prefill=False,
     )
     pre = simulate(
-        run.arrival, run.prompt, np.minimum(run.output, 1), p_cfg, _step_cost(dep, v, ptp)
+        run.arrival, run.prompt, np.minimum(run.output, 1), p_cfg, step_cost(dep, v, ptp)
     )
     first = pre.first_token
     bw = float(d.get("kv_bandwidth_gbps", 25.0)) * 1e9
@@ -329,7 +330,7 @@ def _simulate_disaggregated(
             run.prompt[many] + 1,
             run.output[many] - 1,
             d_cfg,
-            _step_cost(dep, v, dtp),
+            step_cost(dep, v, dtp),
             cached_tokens=run.prompt[many],
         )
         fin[many] = dec.finish

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 ORDER = (
     "headline",
+    "why",
     "parity",
     "distributions",
     "load",
+    "over_time",
     "changes",
     "ttft_prompt",
     "ttft_breakdown",
