@@ -1,4 +1,12 @@
-"""Write a derived table (cost_models, attribution, ...) atomically: tmp file, then rename.
+"""Write a derived table (cost_models, attribution, ...) by the warehouse's commit protocol.
+
+Stage -> lock -> publish, as ingest and replay write-back (``writer.StagedWrite``): the frame is
+written and fsynced under ``_staging/<tag>`` (``tag`` locked by this process, so ``recover``
+leaves it alone while we live and removes it after a kill); then, holding the table's lock
+(``_locks/derived-<table>.lock``, waited for, never "busy": the one lock behaviour of every
+writer), it is renamed over ``<table>/<part>.parquet`` and the folder fsynced. The rename is the
+commit point: readers see the old file or the new one, never half of either; two writers of
+one table publish one after the other, and the later one's frame is what stays.
 
 Every frame is checked against the table's declaration in ``pipeline/schema/derived.py`` first:
 the same columns in the same order, each castable to its declared type, and no null where the
@@ -8,7 +16,9 @@ named, before anything reaches the warehouse.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 
 import polars as pl
 import pyarrow as pa
@@ -16,7 +26,8 @@ import pyarrow.parquet as pq
 
 from pipeline.schema.derived import DERIVED
 from pipeline.schema.tables import arrow_schema
-from pipeline.warehouse.layout import Layout
+from pipeline.warehouse.layout import Layout, fsync_dir
+from pipeline.warehouse.writer import crash_point
 
 
 class ContractError(ValueError):
@@ -50,14 +61,41 @@ def write_derived(
 
     Tables declared in the contract are checked and written with their declared schema
     (nullability and column docs included); others (a user's own) as they are."""
-    d = layout.root / name
-    d.mkdir(parents=True, exist_ok=True)
-    tmp = d / f".{part}.{os.getpid()}.tmp"
     if name in DERIVED:
-        df = conform(name, df)
-    if isinstance(df, pa.Table):
-        pq.write_table(df, tmp, compression="zstd")
-    else:
-        df.write_parquet(tmp, compression="zstd")
-    os.replace(tmp, d / f"{part}.parquet")
-    return str(d / f"{part}.parquet")
+        df = conform(name, df)  # a drifted producer fails before anything is staged
+    layout.ensure()
+    _recover(layout, name)
+    tag = f"derived-{name}-{part}-{os.getpid()}"
+    staged = layout.staging_dir / tag / f"{part}.parquet"
+    dest = layout.root / name / f"{part}.parquet"
+    with layout.lock(tag):  # ours alone; recover() skips a staging folder whose lock is held
+        staged.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if isinstance(df, pa.Table):
+                pq.write_table(df, staged, compression="zstd")
+            else:
+                df.write_parquet(staged, compression="zstd")
+            with open(staged, "rb") as f:
+                os.fsync(f.fileno())
+            crash_point("derived_before_publish")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with layout.lock(f"derived-{name}", blocking=True):
+                os.replace(staged, dest)
+                fsync_dir(dest.parent)
+        finally:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(staged.parent)
+    with contextlib.suppress(OSError):  # a per-process name: nobody else waits on it
+        (layout.locks_dir / f"{tag}.lock").unlink()
+    return str(dest)
+
+
+def _recover(layout: Layout, name: str) -> None:
+    """Remove what killed writers of ``name`` left in _staging (their locks are free)."""
+    for d in layout.staging_dir.glob(f"derived-{name}-*"):
+        with layout.lock(d.name) as got:
+            if not got:
+                continue  # a live writer's
+            shutil.rmtree(d, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            (layout.locks_dir / f"{d.name}.lock").unlink()

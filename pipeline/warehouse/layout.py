@@ -103,7 +103,7 @@ class Layout:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.manifest_file(sha))
-        _fsync_dir(self.manifest_dir)
+        fsync_dir(self.manifest_dir)
 
     # -- locks and recovery ---------------------------------------------------------------
     @contextmanager
@@ -165,7 +165,7 @@ def _flock(fd: int, blocking: bool, timeout: float | None) -> bool:
             time.sleep(0.05)
 
 
-def _fsync_dir(d: Path) -> None:
+def fsync_dir(d: Path) -> None:
     fd = os.open(d, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -127,19 +127,19 @@ class StagedWrite:
             # so readers see the old manifest's files or the new one's, never a mix.
             moves.append((folder, f"{folder}/{self.layout.part_name(sha, generation)}"))
         rels = [rel for _, rel in moves]
-        _crash_point("before_commit")
+        crash_point("before_commit")
         for i, (folder, rel) in enumerate(moves):
             if i == 1:
-                _crash_point("mid_rename")
+                crash_point("mid_rename")
             dest = self.layout.root / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             src = self.dir / folder / "staged.parquet"
             with open(src, "rb") as f:
                 os.fsync(f.fileno())
             os.replace(src, dest)
-        _crash_point("before_manifest")
+        crash_point("before_manifest")
         self.layout.write_manifest(sha, {**manifest_entry, "files": sorted(rels)})
-        _crash_point("after_manifest")
+        crash_point("after_manifest")
         shutil.rmtree(self.dir, ignore_errors=True)
         return rels
 
@@ -165,7 +165,8 @@ def _encoding(table: str) -> dict:
     }
 
 
-def _crash_point(name: str) -> None:
+def crash_point(name: str) -> None:
+    """Die by SIGKILL here when the test environment names this step (recovery tests)."""
     if os.environ.get(_CRASH_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
 
