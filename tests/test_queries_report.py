@@ -525,3 +525,31 @@ def test_report_distributions_quantiles(tmp_path):
     assert got == pytest.approx(want, abs=EPS)
     assert rows["prompt_tokens"]["q06"] == pytest.approx(300.0)  # the median prompt
     assert rows["ttft"]["n"] == 5
+
+
+def test_report_distributions_per_run_for_a_handful_of_runs(tmp_path):
+    import numpy as np
+
+    # Two runs of one deployment: its curve over both, and one per run.
+    recs = [
+        {**timed(10 * run + i, t, 0.01, 3), "run_id": f"run{run}"}
+        for run, ttfts in ((0, [0.1, 0.2, 0.3]), (1, [1.0, 2.0, 3.0]))
+        for i, t in enumerate(ttfts)
+    ]
+    rows = [r for r in _rows(_con(tmp_path, recs), "report_distributions") if r["metric"] == "ttft"]
+    by = {r["run"]: r for r in rows}
+    assert sorted(by) == ["", "run0", "run1"] and [by[k]["n"] for k in ("", "run0", "run1")] == [
+        6,
+        3,
+        3,
+    ]
+    assert by["run1"]["q06"] == pytest.approx(2.0) and by["run0"]["q06"] == pytest.approx(0.2)
+    assert by[""]["q06"] == pytest.approx(np.median([0.1, 0.2, 0.3, 1.0, 2.0, 3.0]))
+    # Seven runs are more than a handful: the deployment's curve only.
+    recs = [{**timed(k, 0.1 * (k + 1), 0.01, 3), "run_id": f"r{k}"} for k in range(7)]
+    rows = [
+        r
+        for r in _rows(_con(tmp_path / "b", recs), "report_distributions")
+        if r["metric"] == "ttft"
+    ]
+    assert [(r["run"], r["n"]) for r in rows] == [("", 7)]

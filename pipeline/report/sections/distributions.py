@@ -1,5 +1,6 @@
-"""Distributions: CDFs of TTFT, TPOT, ITL and E2E (log time axis) per deployment, and of the
-workload's prompt and output lengths (queries/report_distributions.sql: 14 quantiles each)."""
+"""Distributions: CDFs of TTFT, TPOT, ITL and E2E (log time axis) per deployment, and per run
+where a deployment has a handful of runs (2-6), and of the workload's prompt and output lengths
+(queries/report_distributions.sql: 14 quantiles each)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,12 @@ CHARTS = (
 def long_frame(df: pl.DataFrame) -> pl.DataFrame:
     """One row per (metric, series, quantile): value and cumulative probability."""
     qs = [f"q{i:02d}" for i in range(len(PS))]
-    base = df.with_columns(label_expr(with_deployment=True))
+    base = df.with_columns(label_expr(with_deployment=True)).with_columns(
+        pl.when(pl.col("run") != "")
+        .then(pl.col("series") + " · " + pl.col("run"))
+        .otherwise(pl.col("series"))
+        .alias("series")
+    )
     out = base.unpivot(index=["metric", "series", "n"], on=qs, variable_name="q", value_name="x")
     p = pl.col("q").replace_strict(dict(zip(qs, PS, strict=True)), return_dtype=pl.Float64)
     return out.with_columns(p.alias("p")).filter(pl.col("x") > 0).drop("q")
@@ -64,7 +70,8 @@ def build(ctx: Context) -> Section:
         parts.append(ctx.chart(chart, f"CDF of {title}") + dropped_note(m, shown))
     s.body = "".join(parts) + (
         '<p class="note">Quantiles p1 … p99.9 by linear interpolation (docs/metrics.md) of '
-        "successful requests, per deployment; time axes are logarithmic.</p>"
+        "successful requests, per deployment (all its runs) and, where a deployment has 2-6 "
+        "runs, per run (the series named with the run); time axes are logarithmic.</p>"
     )
     s.summary = {"series": len(shown_series), "metrics": int(pts["metric"].n_unique())}
     return s
