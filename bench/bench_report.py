@@ -12,14 +12,17 @@ from __future__ import annotations
 import argparse
 import hashlib
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fixtures, run as a script
+
 from pipeline.report import build_report
-from pipeline.report._testdata import EPOCH, Spec, requests_frame
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.writer import StagedWrite
+from tests.fixtures.report_data import EPOCH, Spec, requests_frame
 
 CHUNK = 1_000_000
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.report import build_report
-from pipeline.report._testdata import Spec, make_warehouse
+from tests.fixtures.report_data import Spec, make_warehouse
 
 pytestmark = pytest.mark.browser
 

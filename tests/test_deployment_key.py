@@ -29,7 +29,7 @@ _SCRIPT = textwrap.dedent(
     from pipeline.fit.core import GroupKey
     from pipeline.ingest.run import ingest_paths
     from pipeline.report import build_report
-    from pipeline.report._testdata import Spec, records
+    from tests.fixtures.report_data import Spec, records
     from pipeline.schema.record import METADATA_COLUMNS, RequestRecord
     from pipeline.schema.tables import arrow_schema
     from pipeline.warehouse.layout import Layout
@@ -80,6 +80,11 @@ def test_a_new_key_part_needs_no_other_edit(tmp_path):
         REPO / "pipeline", scratch / "pipeline", ignore=shutil.ignore_patterns("__pycache__")
     )
     shutil.copytree(REPO / "queries", scratch / "queries")
+    shutil.copytree(  # the synthetic logs' maker (tests/fixtures), unchanged
+        REPO / "tests" / "fixtures",
+        scratch / "tests" / "fixtures",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     key = scratch / "pipeline" / "schema" / "deployment.py"
     text = key.read_text()
     anchor = '    Part("weight_dtype"'

@@ -16,12 +16,12 @@ from pipeline.cli import main
 from pipeline.fit import fit_warehouse, store
 from pipeline.query.named import load, run_named
 from pipeline.report import Options, build_report
-from pipeline.report._testdata import EPOCH, XSS, Spec, make_warehouse
 from pipeline.report.context import MAX_POINTS
 from pipeline.warehouse.derived import write_derived
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.views import connect
 from tests.conftest import REPO, derived_frame
+from tests.fixtures.report_data import EPOCH, XSS, Spec, make_warehouse
 
 DAY = 86400.0
 

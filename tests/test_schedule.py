@@ -15,10 +15,10 @@ from click.testing import CliRunner
 
 from pipeline.cli import main
 from pipeline.commands.schedule import loop
-from pipeline.report._testdata import EPOCH, Spec, write_jsonl
 from pipeline.schedule.cron import CronError, parse
 from pipeline.schedule.runner import run_once
 from pipeline.warehouse.layout import Layout
+from tests.fixtures.report_data import EPOCH, Spec, write_jsonl
 
 T = dt.datetime(2026, 11, 2, 10, 17, 30)  # a Monday
 
