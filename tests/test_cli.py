@@ -76,13 +76,39 @@ def test_usage_errors_exit_2_with_a_message_not_a_traceback(tmp_path, cli_env):
         assert "Traceback" not in r.stderr
 
 
+def _examples(help_text: str, name: str) -> list[list[str]]:
+    """The invocations under an 'Example(s):' heading, continuation lines joined, as words."""
+    lines = help_text.splitlines()
+    out, i = [], 0
+    while i < len(lines):
+        if lines[i].strip() in ("Example:", "Examples:"):
+            i += 1
+            while i < len(lines) and (lines[i].startswith("    ") or not lines[i].strip()):
+                line = lines[i].split("#", 1)[0].rstrip()
+                while line.endswith("\\") and i + 1 < len(lines):
+                    i += 1
+                    line = line[:-1] + " " + lines[i].strip()
+                if line.strip().startswith(f"pipeline {name}"):
+                    out.append(line.split())
+                i += 1
+        i += 1
+    return out
+
+
 def test_every_command_has_help_with_an_example(cli_env):
+    """Each --help shows at least one example invocation, and every option an example uses
+    is one the command accepts (the usage line alone does not count)."""
     from pipeline.cli import main
 
-    for name in main.commands:
+    for name, cmd in main.commands.items():
         r = run([name, "--help"], cli_env)
         assert r.returncode == 0, name
-        assert "pipeline " + name in r.stdout or "Example" in r.stdout, name
+        examples = _examples(r.stdout, name)
+        assert examples, f"{name}: no example under an Example(s): heading"
+        known = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+        for words in examples:
+            used = {w.split("=", 1)[0] for w in words if w.startswith("-")}
+            assert used <= known, (name, used - known)
 
 
 def test_parquet_output(tmp_path, cli_env):
