@@ -7,8 +7,8 @@ Workload: Llama-3.1-8B on one H100-SXM (roofline step costs, MFU 0.5, MBU 0.7, 2
 10 us per sequence), chunked prefill, paged KV at vLLM's default sizing; prompts lognormal
 (median 700, sigma 0.9), outputs lognormal (median 200, sigma 0.9), Poisson arrivals at 8/s
 (about 75 % of the server's capacity). The replay path is the real one (`resolve` +
-`simulate` with the per-step log that feeds the `steps` table); `--write` also times writing
-it into a fresh warehouse (requests with per-token times + steps). Results go to
+`simulate_scenario` with the per-step log that feeds the `steps` table); `--write` also times
+writing it into a fresh warehouse (requests with per-token times + steps). Results go to
 docs/PERFORMANCE.md ("Replay") by hand.
 """
 
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline import catalog
 from pipeline.physics import StepCost
-from pipeline.replay import resolve, run_id_for, run_key, simulate, write
+from pipeline.replay import replay_run_id, resolve, run_key, simulate_scenario, write
 from pipeline.replay.config import WhatIf
 from pipeline.replay.workload import Workload
 from pipeline.sim import EngineConfig
@@ -58,7 +58,7 @@ def bench_big(n: int, rate: float, do_write: bool) -> dict:
     w = workload(n, rate)
     sc = resolve(WHATIF, w)
     t0, c0 = time.perf_counter(), time.process_time()
-    res = simulate(sc, w, record_steps=True)
+    res = simulate_scenario(sc, w, record_steps=True)
     sim_s, sim_cpu = time.perf_counter() - t0, time.process_time() - c0
     pr = res.pools["main"]
     out = {
@@ -77,7 +77,7 @@ def bench_big(n: int, rate: float, do_write: bool) -> dict:
             layout = Layout(Path(tmp) / "wh")
             key = run_key(w, sc, 1.0)
             t1 = time.perf_counter()
-            counts = write(layout, res, run_id_for(sc, key), key)
+            counts = write(layout, res, replay_run_id(sc, key), key)
             out["write_s"] = round(time.perf_counter() - t1, 2)
             out["tokens_written"] = counts["tokens"]
     out["peak_rss_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)

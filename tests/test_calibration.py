@@ -278,7 +278,7 @@ def test_replay_as_recorded_uses_the_calibration(tmp_path) -> None:
     found 45-62 % / 20-29 % before)."""
     from pipeline.commands.fit import _calibrate
     from pipeline.fit.calibration_store import load_calibrations
-    from pipeline.replay import load_workload, resolve, simulate
+    from pipeline.replay import load_workload, resolve, simulate_scenario
 
     layout = Layout(tmp_path / "wh")
     ingest_paths([RTX], layout)
@@ -302,7 +302,7 @@ def test_replay_as_recorded_uses_the_calibration(tmp_path) -> None:
         2048,
         41408,
     )
-    res = simulate(scenario, workload)
+    res = simulate_scenario(scenario, workload)
     obs_t, obs_e = workload_obs(connect(layout), run_id)
     sim_t = res.first_token - workload.arrival
     for q in (50, 90):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.fit.splitwise import BLOOM_TOML, fit_perf_model, markdown
+from pipeline.fit.splitwise_perf_model import BLOOM_TOML, fit_perf_model, markdown
 
 EXPECTED_GROUPS = 12  # 2 models x {A100, H100, H100 power-capped} x TP (Llama 2/4/8, BLOOM 8)
 

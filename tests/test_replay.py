@@ -21,7 +21,15 @@ from pipeline.ingest.run import ingest_paths
 from pipeline.physics import StepCost
 from pipeline.query.named import QueryError, all_queries, run_named
 from pipeline.query.named import load as load_query
-from pipeline.replay import compare, load_workload, resolve, run_id_for, run_key, simulate, write
+from pipeline.replay import (
+    compare,
+    load_workload,
+    replay_run_id,
+    resolve,
+    run_key,
+    simulate_scenario,
+    write,
+)
 from pipeline.replay.config import WhatIf
 from pipeline.replay.cost import Target, choose
 from pipeline.sim import EngineConfig
@@ -60,7 +68,7 @@ def test_replay_reproduces_recorded_percentiles(fitted, run):
     fits = load(layout)
     sc = resolve(WhatIf(), w, fits)
     assert [p.cost.source for p in sc.pools] == ["fit"]
-    res = simulate(sc, w)
+    res = simulate_scenario(sc, w)
     table = compare(res)
     assert table is not None
     for row in table.filter(pl.col("percentile").is_in(["p50", "p90"])).iter_rows(named=True):
@@ -104,12 +112,12 @@ def test_write_back_is_idempotent_and_kept_apart_from_observed_data(fitted, tmp_
     before = _observed_snapshot(layout)
     w = load_workload("mid", layout)
     sc = resolve(WhatIf(name="same"), w, load(layout))
-    res = simulate(sc, w)
+    res = simulate_scenario(sc, w)
     key = run_key(w, sc, 1.0)
-    run_id = run_id_for(sc, key)
+    run_id = replay_run_id(sc, key)
     first = write(layout, res, run_id, key)
     assert first["status"] == "written" and first["requests"] == w.n and first["steps"] > 0
-    again = write(layout, simulate(sc, w), run_id, key)
+    again = write(layout, simulate_scenario(sc, w), run_id, key)
     assert again["status"] == "already"
     con = connect(layout)
     # Observed and simulated never mix: no replayed row in requests / runs / tokens ...
@@ -230,8 +238,8 @@ def test_replay_of_an_arrivals_trace(shared, tmp_path):
     )  # fmt: skip
     w = w.scaled(1.0, 400)
     sc = resolve(wi, w, {})
-    res = simulate(sc, w)
-    out = write(layout, res, run_id_for(sc, run_key(w, sc, 1.0)), run_key(w, sc, 1.0))
+    res = simulate_scenario(sc, w)
+    out = write(layout, res, replay_run_id(sc, run_key(w, sc, 1.0)), run_key(w, sc, 1.0))
     assert out["requests"] + out["refused"] == 400
     assert compare(res) is None  # no observed latencies in an arrivals trace
     row = connect(layout).execute(
@@ -247,6 +255,6 @@ def test_example_configs_resolve(fitted):
     w = load_workload("mid", layout).scaled(1.0, 50)
     for path in sorted((REPO / "examples/whatif").glob("*.toml")):
         sc = resolve(load_config(path), w, load(layout))
-        res = simulate(sc, w, record_steps=False)
+        res = simulate_scenario(sc, w, record_steps=False)
         assert res.ok.sum() + (~res.ok).sum() == 50, path.name
         assert np.all(np.isfinite(res.finish[res.ok])), path.name

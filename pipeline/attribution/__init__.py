@@ -17,13 +17,13 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from pipeline.attribution.compare import SCHEMA as ATTRIBUTION_SCHEMA
-from pipeline.attribution.compare import AttributionError, Comparison, compare
 from pipeline.attribution.elasticity import SCHEMA as ELASTICITY_SCHEMA
 from pipeline.attribution.elasticity import elasticities
 from pipeline.attribution.per_request import SCHEMA as REQUESTS_SCHEMA
 from pipeline.attribution.per_request import decompose, load_requests
 from pipeline.attribution.predicates import PredicateError
+from pipeline.attribution.slices import SCHEMA as ATTRIBUTION_SCHEMA
+from pipeline.attribution.slices import AttributionError, Comparison, compare
 from pipeline.fit.core import FittedModel, GroupKey
 
 TABLES = {

@@ -144,7 +144,14 @@ def command(
     """
     from pipeline.fit import load as load_fits
     from pipeline.replay import compare as compare_fn
-    from pipeline.replay import load_config, load_workload, resolve, run_id_for, run_key, simulate
+    from pipeline.replay import (
+        load_config,
+        load_workload,
+        replay_run_id,
+        resolve,
+        run_key,
+        simulate_scenario,
+    )
     from pipeline.replay import sweep as sweep_mod
     from pipeline.replay import write as write_fn
 
@@ -193,13 +200,13 @@ def command(
                               else "") + ")")  # fmt: skip
             return
         scenario = resolve(whatif, workload, fits, cals)
-        result = simulate(scenario, workload)
+        result = simulate_scenario(scenario, workload)
     except UnknownName as exc:
         raise UserError(str(exc)) from None
     except ValueError as exc:
         raise UserError(str(exc)) from None
     key = run_key(workload, scenario, whatif.workload.rate_scale)
-    run_id = run_id_for(scenario, key)
+    run_id = replay_run_id(scenario, key)
     out.print(f"replay {run_id}: {workload.n} requests of {workload.run_id} "
               f"({workload.kind}) on {scenario.gpus} x {scenario.gpu.name}, "
               f"{result.wall_s:.2f} s")  # fmt: skip

@@ -2,16 +2,23 @@
 
     workload = load_workload(SOURCE, layout)          # run id, arrivals trace id, or file
     scenario = resolve(load_config(path), workload, fits)
-    result = simulate(scenario, workload)             # pipeline.sim.cluster on the one engine
+    result = simulate_scenario(scenario, workload)    # pipeline.sim.cluster, the one engine
     write(layout, result, run_id, key)                # replay_requests / replay_runs / replay_steps
 
 See docs/replay.md.
 """
 
-from pipeline.replay.compare import compare
 from pipeline.replay.config import WhatIf
 from pipeline.replay.config import load as load_config
-from pipeline.replay.run import ReplayResult, Scenario, resolve, run_id_for, run_key, simulate
+from pipeline.replay.run import (
+    ReplayResult,
+    Scenario,
+    replay_run_id,
+    resolve,
+    run_key,
+    simulate_scenario,
+)
+from pipeline.replay.versus_observed import compare
 from pipeline.replay.workload import Workload, load_workload
 from pipeline.replay.write import write
 
@@ -23,9 +30,9 @@ __all__ = [
     "compare",
     "load_config",
     "load_workload",
+    "replay_run_id",
     "resolve",
-    "run_id_for",
     "run_key",
-    "simulate",
+    "simulate_scenario",
     "write",
 ]

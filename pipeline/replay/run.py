@@ -1,9 +1,9 @@
 """Resolve a what-if scenario against a workload, simulate it, summarise it.
 
 :func:`resolve` turns (WhatIf, Workload, fits) into a :class:`Scenario`: model, GPU, tensor
-parallelism, servers, scheduler and the cost model of every pool. :func:`simulate` runs it on
-:mod:`pipeline.sim.cluster` (colocated servers, or a prefill pool and a decode pool with a KV
-transfer in between) and returns a :class:`ReplayResult`.
+parallelism, servers, scheduler and the cost model of every pool. :func:`simulate_scenario` runs
+it on :mod:`pipeline.sim.cluster` (colocated servers, or a prefill pool and a decode pool with a
+KV transfer in between) and returns a :class:`ReplayResult`.
 
 Disaggregation: a request is prefilled on a prefill server (which emits its first token), its
 prompt's KV then travels at ``kv_bandwidth_gbps`` (+ ``kv_latency_s``) to a decode server, which
@@ -389,7 +389,7 @@ def _label(pool: str, k: int) -> str:
     return f"replica-{k}" if pool == "main" else f"{pool}-{k}"
 
 
-def simulate(
+def simulate_scenario(
     scenario: Scenario, workload: Workload, *, record_steps: bool = True, fast: bool = True
 ) -> ReplayResult:
     """Run the scenario on the workload."""
@@ -462,5 +462,5 @@ def run_key(workload: Workload, scenario: Scenario, rate_scale: float) -> str:
     return h.hexdigest()
 
 
-def run_id_for(scenario: Scenario, key: str) -> str:
+def replay_run_id(scenario: Scenario, key: str) -> str:
     return f"replay-{scenario.whatif.name}-{key[:10]}"

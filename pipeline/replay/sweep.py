@@ -20,7 +20,7 @@ import polars as pl
 
 from pipeline.fit.core import FittedModel, GroupKey
 from pipeline.replay.config import WhatIf
-from pipeline.replay.run import resolve, simulate
+from pipeline.replay.run import resolve, simulate_scenario
 from pipeline.replay.workload import Workload
 
 ALIASES = {
@@ -94,7 +94,7 @@ def run(
     rows = []
     for v in values:
         sc = resolve(apply(w, key, v, workload), workload, fits, calibrations)
-        res = simulate(sc, workload, record_steps=False)
+        res = simulate_scenario(sc, workload, record_steps=False)
         s = res.summary(slo_ttft, slo_tpot)
         meets = s["slo_attainment"] >= attainment and s["refused"] == 0
         rows.append({key: str(v), **s, "meets_slo": meets})

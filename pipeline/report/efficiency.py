@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from pipeline.report.catalog_facts import catalog_facts
 from pipeline.report.context import Context
-from pipeline.report.physics import deployment
 from pipeline.report.sections.common import label_expr
 
 SCHEMA = {
@@ -55,7 +55,9 @@ def points(ctx: Context) -> tuple[pl.DataFrame, list[str]]:
         if frame is None or frame.is_empty():
             continue
         for r in frame.with_columns(label_expr(with_deployment=True)).iter_rows(named=True):
-            dep = deployment(r["model"], r["gpu"], r["gpu_count"], r["weight_dtype"], r["kv_dtype"])
+            dep = catalog_facts(
+                r["model"], r["gpu"], r["gpu_count"], r["weight_dtype"], r["kv_dtype"]
+            )
             if dep is None:
                 unknown.add(r["series"])
                 continue

@@ -66,7 +66,7 @@ class GenerateSpec:
             raise ValueError(f"unknown efficiency parameter(s): {', '.join(sorted(unknown))}")
 
 
-def run_id_for(path: Path) -> str:
+def trace_run_id(path: Path) -> str:
     """Name without data/compression suffixes: 'x__llama-3.1-8b.jsonl.gz' -> 'x__llama-3.1-8b'."""
     name = path.name
     for suffix in (".gz", ".zst", ".zstd", ".jsonl", ".ndjson", ".json"):
@@ -137,7 +137,7 @@ def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
     result = simulate(arrival, prompt, output, config, cost, cached_tokens=cached)
     simulated = time.perf_counter()
     metadata = {
-        "run_id": run_id_for(out),
+        "run_id": trace_run_id(out),
         "server": "sim-0",
         "model": model.hf_id,
         "gpu": gpu.name,

@@ -17,7 +17,7 @@ from pipeline.report.html import Col, Section, esc, pct, sci, table
 MAX_METRICS = 4
 
 
-# Unit of each metric the attribution writes (pipeline/attribution/compare.py METRICS).
+# Unit of each metric the attribution writes (pipeline/attribution/slices.py METRICS).
 UNITS = {"ttft_mean": "s", "ttft_p90": "s", "tpot_mean": "s/token", "output_throughput": "tokens/s"}
 _LABEL_CHARS = 48
 

@@ -12,10 +12,10 @@ import altair as alt
 import numpy as np
 import polars as pl
 
+from pipeline.report.catalog_facts import catalog_facts
 from pipeline.report.context import Context
 from pipeline.report.fitted import deployment_key, load_fitted
 from pipeline.report.html import Section, esc
-from pipeline.report.physics import deployment
 from pipeline.report.sections.common import dropped_note, label_expr, top_series
 
 
@@ -32,7 +32,7 @@ def _lines(ctx: Context, df: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         )
         .iter_rows(named=True)
     ):
-        dep = deployment(g["model"], g["gpu"], g["gpu_count"], g["weight_dtype"], g["kv_dtype"])
+        dep = catalog_facts(g["model"], g["gpu"], g["gpu_count"], g["weight_dtype"], g["kv_dtype"])
         grid = np.geomspace(1, max(4.0, g["bmax"] * 1.5), 16)
         ctx_len = float(g["context_mean"])
         if dep is None:

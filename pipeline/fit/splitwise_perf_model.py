@@ -129,7 +129,7 @@ def markdown(summary: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # python -m pipeline.fit.splitwise [perf_model.csv]
+if __name__ == "__main__":  # python -m pipeline.fit.splitwise_perf_model [perf_model.csv]
     import os
     import sys
     import tempfile

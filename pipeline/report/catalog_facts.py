@@ -14,7 +14,7 @@ from pipeline.physics import roofline as rf
 
 
 @dataclass(frozen=True)
-class Deployment:
+class CatalogFacts:
     model: catalog.Model
     gpu: catalog.GPU
     gpu_count: int
@@ -79,13 +79,13 @@ class Deployment:
         )
 
 
-def deployment(
+def catalog_facts(
     model: str | None,
     gpu: str | None,
     gpu_count: int | None = 1,
     weight_dtype: str | None = "bf16",
     kv_dtype: str | None = "bf16",
-) -> Deployment | None:
+) -> CatalogFacts | None:
     """The catalog's numbers for this deployment, or None when the model or GPU is unknown."""
     if not model or not gpu or model == "?" or gpu == "?":
         return None
@@ -96,4 +96,4 @@ def deployment(
         m, g = catalog.model(model), catalog.gpu(gpu)
     except (catalog.UnknownName, KeyError, ValueError):
         return None
-    return Deployment(m, g, max(int(gpu_count or 1), 1), wd, kd)
+    return CatalogFacts(m, g, max(int(gpu_count or 1), 1), wd, kd)
