@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -642,3 +643,21 @@ def test_why_load_sentence_quotes_the_knee_rule():
         ", never twice its lowest-rate value."
     )
     assert load_sentence(None) == ""
+
+
+def test_twenty_five_deployments_draw_twenty_distinct_series(tmp_path):
+    """Issue 14, point 7: up to 20 series each get their own colour (tableau20); beyond that
+    the largest 20 are drawn and the rest counted on the page, never silently dropped."""
+    deps = tuple((f"org/model-{k:02d}", "H100-SXM", 6.0e-5, 0.0075, 2.0e-5) for k in range(25))
+    layout = make_warehouse(tmp_path / "wh", tmp_path / "logs", [Spec(n=2500, deployments=deps)])
+    r = build_report(layout, tmp_path / "r")
+    html = r.path.read_text()
+    section = html.split('id="distributions"')[1].split("</section>")[0]
+    assert "5 smaller series not drawn." in section
+    (raw,) = re.findall(r'<script type="application/json" id="report-specs">(.*?)</script>', html)
+    specs = json.loads(raw)
+    for cid in re.findall(r'<div class="chart" id="(chart-\d+)"', section):
+        spec = specs[cid]
+        assert spec["config"]["range"]["category"] == {"scheme": "tableau20"}
+        rows = [row for d in spec["datasets"].values() for row in d]
+        assert len({row["series"] for row in rows}) == 20, cid

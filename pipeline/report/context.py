@@ -27,7 +27,9 @@ from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.views import connect
 
 MAX_POINTS = 5000  # data rows any one chart may embed
-MAX_SERIES = 12  # model x GPU series drawn per chart (the largest by requests)
+MAX_SERIES = (
+    20  # series drawn per chart (the largest by requests): tableau20 has 20 distinct colours
+)
 
 
 def _ts(t: dt.datetime) -> str:
