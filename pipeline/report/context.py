@@ -27,9 +27,8 @@ from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.views import connect
 
 MAX_POINTS = 5000  # data rows any one chart may embed
-MAX_SERIES = (
-    20  # series drawn per chart (the largest by requests): tableau20 has 20 distinct colours
-)
+# Series drawn per chart (the largest by requests): tableau20 has 20 distinct colours.
+MAX_SERIES = 20
 
 
 def _ts(t: dt.datetime) -> str:
