@@ -154,3 +154,17 @@ def test_model_name_with_markup_is_shown_as_text(rendered):
     # the name appears as text in the headline tables and in chart legends (SVG <text>)
     assert dom.count("&lt;img src=x onerror=alert(1)&gt;") >= 3
     assert re.search(r"<text[^>]*>&lt;img src=x onerror=alert\(1\)&gt;", dom)
+
+
+def test_series_menu_renders_beyond_twenty_series(tmp_path):
+    """25 deployments: the distributions draw 20 and offer the rest in an 'also show' menu; the
+    page still renders every chart with no script error and a clean console."""
+    deps = tuple((f"org/model-{k:02d}", "H100-SXM", 6.0e-5, 0.0075, 2.0e-5) for k in range(25))
+    layout = make_warehouse(tmp_path / "wh", tmp_path / "logs", [Spec(n=2500, deployments=deps)])
+    result = build_report(layout, tmp_path / "reports")
+    dom, stderr, _ = open_in_chromium(result.path, tmp_path)
+    charts = Dom(dom).charts()
+    assert {a.get("data-rendered") for a in charts.values()} == {"ok"}
+    assert 'data-charts-failed="0"' in dom and console_lines(stderr) == []
+    assert dom.count("also show") >= 5  # one menu per distribution chart, as HTML selects
+    assert "<select" in dom

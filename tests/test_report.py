@@ -653,11 +653,16 @@ def test_twenty_five_deployments_draw_twenty_distinct_series(tmp_path):
     r = build_report(layout, tmp_path / "r")
     html = r.path.read_text()
     section = html.split('id="distributions"')[1].split("</section>")[0]
-    assert "5 smaller series not drawn." in section
+    assert "5 smaller series not drawn (the 'also show' menu" in section
     (raw,) = re.findall(r'<script type="application/json" id="report-specs">(.*?)</script>', html)
     specs = json.loads(raw)
     for cid in re.findall(r'<div class="chart" id="(chart-\d+)"', section):
         spec = specs[cid]
         assert spec["config"]["range"]["category"] == {"scheme": "tableau20"}
         rows = [row for d in spec["datasets"].values() for row in d]
-        assert len({row["series"] for row in rows}) == 20, cid
+        # All 25 embedded; the page draws rank <= 20 plus the one the menu picks.
+        assert len({row["series"] for row in rows}) == 25, cid
+        assert {row["rank"] for row in rows} == set(range(1, 26)), cid
+        (param,) = spec["params"]
+        assert param["bind"]["input"] == "select" and len(param["bind"]["options"]) == 6
+        assert any("datum.rank <= 20" in str(t.get("filter")) for t in spec["transform"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import altair as alt
 import polars as pl
 
 from pipeline.report.context import MAX_SERIES
@@ -32,6 +33,49 @@ def top_series(df: pl.DataFrame, weight: str = "requests", n: int = MAX_SERIES) 
     return df.filter(pl.col("series").is_in(keep.implode()))
 
 
-def dropped_note(df: pl.DataFrame, shown: pl.DataFrame) -> str:
+MAX_SELECTABLE = 300  # series a chart's "also show" menu offers beyond the drawn ones
+
+
+def ranked(df: pl.DataFrame, weight: str = "requests") -> pl.DataFrame:
+    """``df`` with ``rank`` (1 = the series with the most ``weight``), keeping the drawn series
+    and up to MAX_SELECTABLE more for :func:`with_selector`'s menu."""
+    order = (
+        df.group_by("series")
+        .agg(pl.col(weight).sum())
+        .sort([weight, "series"], descending=[True, False])
+        .with_row_index("rank", offset=1)
+        .select("series", pl.col("rank").cast(pl.Int64))
+    )
+    out = df.join(order, on="series")
+    return out.filter(pl.col("rank") <= MAX_SERIES + MAX_SELECTABLE)
+
+
+def with_selector(chart: alt.Chart, df: pl.DataFrame, name: str) -> alt.Chart:
+    """Draw the MAX_SERIES largest series; beyond that, a menu adds any one other series
+    (Vega-Lite parameter bound to a select, filtered in the page, nothing fetched)."""
+    extra = (
+        df.filter(pl.col("rank") > MAX_SERIES)
+        .select("series", "rank")
+        .unique()
+        .sort("rank")["series"]
+        .to_list()
+    )
+    if not extra:
+        return chart
+    none = "(none)"
+    pick = alt.param(
+        name=name,
+        value=none,
+        bind=alt.binding_select(options=[none, *extra], name="also show "),
+    )
+    return chart.add_params(pick).transform_filter(
+        f"datum.rank <= {MAX_SERIES} || datum.series == {name}"
+    )
+
+
+def dropped_note(df: pl.DataFrame, shown: pl.DataFrame, menu: bool = False) -> str:
     extra = df["series"].n_unique() - shown["series"].n_unique() if not df.is_empty() else 0
-    return f" {extra} smaller series not drawn." if extra > 0 else ""
+    if extra <= 0:
+        return ""
+    how = " (the 'also show' menu under the chart draws any one of them)" if menu else ""
+    return f" {extra} smaller series not drawn{how}."

@@ -9,7 +9,13 @@ import polars as pl
 
 from pipeline.report.context import Context
 from pipeline.report.html import Section, esc
-from pipeline.report.sections.common import dropped_note, label_expr, top_series
+from pipeline.report.sections.common import (
+    dropped_note,
+    label_expr,
+    ranked,
+    top_series,
+    with_selector,
+)
 
 # p of the query's q00..q13 columns (its header says the same).
 PS = (0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999)
@@ -52,8 +58,9 @@ def build(ctx: Context) -> Section:
             continue
         shown = top_series(m, weight="n")
         shown_series |= set(shown["series"].unique().to_list())
+        data = ranked(m, weight="n")
         chart = (
-            alt.Chart(shown)
+            alt.Chart(data)
             .mark_line(point=True)
             .encode(
                 x=alt.X("x:Q", title=title, scale=alt.Scale(type="log") if log else alt.Undefined),
@@ -67,7 +74,8 @@ def build(ctx: Context) -> Section:
             )
             .properties(width=520, height=220)
         )
-        parts.append(ctx.chart(chart, f"CDF of {title}") + dropped_note(m, shown))
+        chart = with_selector(chart, data, f"also_{metric}")
+        parts.append(ctx.chart(chart, f"CDF of {title}") + dropped_note(m, shown, menu=True))
     s.body = "".join(parts) + (
         '<p class="note">Quantiles p1 … p99.9 by linear interpolation (docs/metrics.md) of '
         "successful requests, per deployment (all its runs) and, where a deployment has 2-6 "
