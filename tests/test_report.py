@@ -628,6 +628,25 @@ def test_why_uses_the_calibrated_step_costs(tmp_path):
     assert r.summary["sections"]["why"]["with_prefill_share"] == 1
     section = r.path.read_text().split('id="why"')[1].split("</section>")[0]
     assert section.count("By the calibrated step costs") == 1
+    # The busiest run replayed on one server and on two (round-robin) by the calibrated model,
+    # beside the observed p90 of the same requests (recomputed here from the rows).
+    assert r.summary["sections"]["why"]["replayed"] == 1
+    m = re.search(
+        r"the first ([\d,]+) requests of run (\S+) give p90 TTFT ([\d.]+) (ms|s) on one server "
+        r"\(observed ([\d.]+) (ms|s)\) and ([\d.]+) (ms|s) on two \(round-robin\)",
+        section,
+    )
+    assert m, section
+    sec = {"ms": 1e-3, "s": 1.0}
+    one, obs, two = (float(m[i]) * sec[m[i + 1]] for i in (3, 5, 7))
+    req = pl.from_arrow(connect(layout).sql("SELECT * FROM requests").to_arrow_table())
+    mine = req.filter(
+        (pl.col("run_id") == m[2]) & (pl.col("deployment") == dep["deployment"])
+        & (pl.col("status") == "ok") & pl.col("ttft_s").is_not_null()
+    )  # fmt: skip
+    assert int(m[1].replace(",", "")) == mine.height
+    assert obs == pytest.approx(mine["ttft_s"].quantile(0.9, "linear"), rel=5e-3)  # 3 digits
+    assert two <= one  # half the load per server cannot queue more
 
 
 def test_why_load_sentence_quotes_the_knee_rule():

@@ -48,12 +48,14 @@ def knees(df: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
-def _run_arrays(ctx: Context, run_id: str) -> pl.DataFrame:
-    rid = run_id.replace("'", "''")
+def _run_arrays(ctx: Context, run_id: str, deployment: str) -> pl.DataFrame:
+    """One deployment's requests of a run (a run may hold several deployments)."""
+    rid, dep = run_id.replace("'", "''"), deployment.replace("'", "''")
     return ctx._frame(
         ctx.con.arrow(
             f"""SELECT t_arrival, prompt_tokens, output_tokens FROM requests
-            WHERE run_id = '{rid}' AND status = 'ok' AND t_arrival IS NOT NULL
+            WHERE run_id = '{rid}' AND deployment = '{dep}' AND status = 'ok'
+              AND t_arrival IS NOT NULL
               AND prompt_tokens > 0 AND output_tokens IS NOT NULL
             ORDER BY t_arrival"""
         )
@@ -84,7 +86,7 @@ def replayed(ctx: Context, df: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         values = {r["parameter"]: r["value"] for r in c.iter_rows(named=True)}
         dep = Deployment(**{n: first[n] for n in key.NAMES})
         top = g.row(g.height - 1, named=True)
-        arr = _run_arrays(ctx, top["run_id"]).head(MAX_REPLAY_REQUESTS)
+        arr = _run_arrays(ctx, top["run_id"], str(dep_id)).head(MAX_REPLAY_REQUESTS)
         if arr.height < 20:
             continue
         t = arr["t_arrival"].to_numpy().astype(float)

@@ -24,6 +24,8 @@ QUEUE_MOSTLY = 0.5  # at or above: the slow requests mostly waited
 QUEUE_LITTLE = 0.2  # below: the slow requests were slow to compute, not queued
 NEAR_CAPACITY = 0.8  # prefill busy share at or above this reads "near its prefill capacity"
 MAX_PARAGRAPHS = 20
+MAX_REPLAYED = 5  # deployments whose busiest run is replayed on one and two servers
+REPLAY_REQUESTS = 3000  # its first requests replayed: the report stays a report
 
 
 def _s(v: float) -> str:
@@ -85,6 +87,7 @@ def paragraph(
     replays: list[dict],
     acc: str,
     curve: dict | None = None,
+    replicas: dict | None = None,
 ) -> str:
     """The sentences for one deployment (``row``: one row of report_why)."""
     out = [
@@ -127,6 +130,8 @@ def paragraph(
             f"By the {source} step costs, prefilling these prompts one per step would keep the "
             f"GPU busy {u * 100:.0f} % of the run time{near}."
         )
+    if replicas:
+        out.append(replica_sentence(replicas))
     for r in replays:
         change = r.get("ttft_p90_error")
         out.append(
@@ -138,6 +143,84 @@ def paragraph(
     if acc:
         out.append(acc)
     return " ".join(out)
+
+
+def _first_requests(ctx: Context, run_id: str, deployment: str) -> pl.DataFrame:
+    """One deployment's requests of a run (a run may hold several deployments)."""
+    rid, dep = run_id.replace("'", "''"), deployment.replace("'", "''")
+    return ctx._frame(
+        ctx.con.arrow(
+            f"""SELECT t_arrival, prompt_tokens, output_tokens, ttft_s FROM requests
+            WHERE run_id = '{rid}' AND deployment = '{dep}' AND status = 'ok'
+              AND t_arrival IS NOT NULL
+              AND prompt_tokens > 0 AND output_tokens IS NOT NULL AND ttft_s IS NOT NULL
+            ORDER BY t_arrival LIMIT {REPLAY_REQUESTS}"""
+        )
+    )
+
+
+def replica_replay(ctx: Context, cal: pl.DataFrame, run_id: str) -> dict | None:
+    """The busiest run's first requests replayed by the calibrated model on one server and on
+    two (round-robin, arrivals alternating): p90 TTFT of each, beside the observed p90 of the
+    same requests. None for a disaggregated deployment or too few requests."""
+    from pipeline.fit.calibrate import Deployment, Run, simulate_run
+    from pipeline.schema import deployment as key
+
+    first = cal.row(0, named=True)
+    if first["scheduler"] == "distserve":
+        return None
+    arr = _first_requests(ctx, run_id, str(first["deployment"]))
+    if arr.height < 20:
+        return None
+    values = {r["parameter"]: r["value"] for r in cal.iter_rows(named=True)}
+    dep = Deployment(**{n: first[n] for n in key.NAMES})
+    t = arr["t_arrival"].to_numpy().astype(float)
+    prompt = arr["prompt_tokens"].to_numpy().astype(np.int64)
+    output = arr["output_tokens"].to_numpy().astype(np.int64)
+    kv = max(int(values.get("kv_tokens") or 0), 1)
+    longest = int((prompt + output).max())
+
+    def ttft(idx: np.ndarray) -> np.ndarray:
+        run = Run(run_id, t[idx], prompt[idx], output[idx], np.zeros(len(idx)), np.zeros(len(idx)))
+        return simulate_run(values, dep, first["scheduler"], run, kv, longest)[0]
+
+    every = np.arange(len(t))
+    one = ttft(every)
+    two = np.concatenate([ttft(every[0::2]), ttft(every[1::2])])
+    return {
+        "run_id": run_id,
+        "requests": len(t),
+        "observed": float(np.percentile(arr["ttft_s"].to_numpy(), 90)),
+        "one": float(np.percentile(one, 90)),
+        "two": float(np.percentile(two, 90)),
+    }
+
+
+def replica_sentence(r: dict | None) -> str:
+    if not r:
+        return ""
+    return (
+        f"Replayed by the calibrated model, the first {r['requests']:,} requests of run "
+        f"{r['run_id']} give p90 TTFT {_s(r['one'])} on one server (observed "
+        f"{_s(r['observed'])}) and {_s(r['two'])} on two (round-robin)."
+    )
+
+
+def _busiest_runs(ctx: Context) -> dict[str, str]:
+    """deployment id -> its run with the highest achieved rate (most requests when one run)."""
+    out: dict[str, str] = {}
+    curve = ctx.query("report_load_curve")
+    if curve is not None and not curve.is_empty():
+        for r in curve.sort("request_rate", descending=True).iter_rows(named=True):
+            out.setdefault(str(r["deployment"]), str(r["run_id"]))
+    sql = (
+        "SELECT deployment, run_id, count(*) AS n FROM requests "
+        "WHERE status = 'ok' AND t_arrival IS NOT NULL GROUP BY deployment, run_id"
+    )
+    runs = ctx._frame(ctx.con.arrow(sql))
+    for r in runs.sort(["n", "run_id"], descending=[True, False]).iter_rows(named=True):
+        out.setdefault(str(r["deployment"]), str(r["run_id"]))
+    return out
 
 
 def _accuracy(ctx: Context) -> dict[str, str]:
@@ -200,9 +283,17 @@ def build(ctx: Context) -> Section:
     fitted = load_fitted(ctx)
     prompts = ctx.query("report_why_prompts")
     replays, acc, curves = _replays(ctx), _accuracy(ctx), _curves(ctx)
-    paras, shares = [], 0
+    cal = ctx.table("calibration") if ctx.has("calibration") else None
+    busiest = _busiest_runs(ctx) if cal is not None and not cal.is_empty() else {}
+    paras, shares, replayed = [], 0, 0
     for row in df.head(MAX_PARAGRAPHS).iter_rows(named=True):
         dep = str(row["deployment"])
+        reps = None
+        if cal is not None and replayed < MAX_REPLAYED and dep in busiest:
+            mine_cal = cal.filter(pl.col("deployment") == dep)
+            if not mine_cal.is_empty():
+                reps = replica_replay(ctx, mine_cal, busiest[dep])
+                replayed += reps is not None
         share = None
         cost, source = calibrated.get(dep), "calibrated"
         if cost is None:
@@ -219,7 +310,7 @@ def build(ctx: Context) -> Section:
         label = f"{row['model']} on {row['gpu_count']} x {row['gpu']}" + (
             f" ({row['engine']})" if row.get("engine") else ""
         )
-        text = paragraph(row, share, replays.get(dep, []), acc.get(dep, ""), curves.get(dep))
+        text = paragraph(row, share, replays.get(dep, []), acc.get(dep, ""), curves.get(dep), reps)
         paras.append(f"<p><strong>{esc(label)}</strong> — {esc(text)}</p>")
     more = df.height - len(paras)
     s.body = (
@@ -229,5 +320,5 @@ def build(ctx: Context) -> Section:
         "logs; those said to come from step costs, replays or the model are the model's, "
         "with its measured error where `pipeline validate` ran.</p>"
     )
-    s.summary = {"paragraphs": len(paras), "with_prefill_share": shares}
+    s.summary = {"paragraphs": len(paras), "with_prefill_share": shares, "replayed": replayed}
     return s
