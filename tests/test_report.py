@@ -685,3 +685,36 @@ def test_twenty_five_deployments_draw_twenty_distinct_series(tmp_path):
         (param,) = spec["params"]
         assert param["bind"]["input"] == "select" and len(param["bind"]["options"]) == 6
         assert any("datum.rank <= 20" in str(t.get("filter")) for t in spec["transform"])
+
+
+def test_summary_only_sweep_is_drawn_with_its_knee(tmp_path):
+    """SGLang's online sweep (../shared) has summaries only: its curve comes from the medians
+    the tool wrote, and the knee from them: lowest rate 1.005 req/s at p50 TTFT 85.7 ms; the
+    first run past 2x that (171.5 ms) is 6.92 req/s at 191.4 ms (hand-read from the file)."""
+    from tests.conftest import SHARED
+
+    sweep = (
+        SHARED
+        / "real_traces"
+        / "sglang_bench_serving"
+        / "datacrunch_h200_llama_3_3_70b_online_output.jsonl"
+    )
+    if not sweep.exists():
+        pytest.skip(f"{sweep} absent (../shared not mounted)")
+    from pipeline.ingest.run import ingest_paths
+
+    layout = make_warehouse(tmp_path / "wh", tmp_path / "logs", [Spec(n=300, seed=1)])
+    ingest_paths([sweep], layout)
+    r = build_report(layout, tmp_path / "r")
+    s = r.summary["sections"]["load"]
+    assert (s["summary_sweeps"], s["summary_runs"]) == (1, 7)
+    section = r.path.read_text().split('id="load"')[1].split("</section>")[0]
+    assert (
+        "Sweeps known from the tools&#x27; summaries only" in section or "summaries only" in section
+    )
+    from pipeline.report.sections.load import summary_knees
+
+    sw = run_named(connect(layout), load("report_load_summaries", REPO / "queries"))
+    k = summary_knees(pl.from_arrow(sw).with_columns(pl.lit("x").alias("series")))
+    assert k["percentile"][0] == "p50" and k["knee_rate"][0] == pytest.approx(6.9209, abs=1e-3)
+    assert k["base"][0] == pytest.approx(0.08575, abs=1e-4)

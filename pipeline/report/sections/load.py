@@ -175,10 +175,87 @@ def _chart(
     return ctx.chart(alt.layer(*layers).properties(width=300, height=240), f"{what} vs {x}")
 
 
+def summary_knees(sw: pl.DataFrame) -> pl.DataFrame:
+    """Per summary-only sweep: the highest TTFT percentile every run records, and the knee
+    by the same rule on it (issue 14: "or the highest recorded percentile")."""
+    rows = []
+    for (sweep,), g in sw.sort("request_rate").group_by("series", maintain_order=True):
+        col = next(c for c in ("ttft_p99", "ttft_p90", "ttft_p50") if g[c].is_not_null().all())
+        base = g[col][0]
+        past = g.filter(pl.col(col) > KNEE_FACTOR * base)
+        rows.append(
+            {
+                "series": sweep,
+                "runs": g.height,
+                "percentile": col.removeprefix("ttft_"),
+                "base": base,
+                "knee_rate": past["request_rate"][0] if past.height else None,
+            }
+        )
+    return pl.DataFrame(rows)
+
+
+def summary_sweeps(ctx: Context) -> tuple[str, dict]:
+    """Sweeps known only from the tools' summaries: TTFT against achieved rate, with knees.
+    Summaries carry no times, so they appear in the all-data report only."""
+    if not ctx.has("run_summaries") or ctx.period.start is not None or ctx.period.end is not None:
+        return "", {}
+    sw = ctx.query("report_load_summaries")
+    if sw is None or sw.is_empty():
+        return "", {}
+    sw = sw.with_columns(
+        pl.col("source_file").str.split("/").list.last().alias("series"),
+    )
+    long = sw.unpivot(
+        index=["series", "request_rate", "run_id"],
+        on=["ttft_p50", "ttft_p90", "ttft_p99"],
+        variable_name="stat",
+        value_name="s",
+    ).filter(pl.col("s").is_not_null())
+    long = long.with_columns(
+        pl.col("stat").str.replace("ttft_", ""), (pl.col("s") * 1000).alias("ms")
+    )
+    chart = (
+        alt.Chart(long)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("request_rate:Q", title="achieved request rate (req/s)"),
+            y=alt.Y("ms:Q", title="TTFT (ms)", scale=alt.Scale(type="log")),
+            color=alt.Color("series:N", title="sweep (summary file)"),
+            strokeDash=alt.StrokeDash("stat:N", title="percentile"),
+            tooltip=["series:N", "run_id:N", "stat:N", "request_rate:Q", "ms:Q"],
+        )
+        .properties(width=520, height=240)
+    )
+    k = summary_knees(sw)
+    html = (
+        "<h3>Sweeps known from the tools' summaries only</h3>"
+        + ctx.chart(chart, "TTFT vs rate (tool summaries)")
+        + table(
+            k,
+            [
+                Col("series", "sweep"),
+                Col("runs", "runs", num, True),
+                Col("percentile", "percentile used"),
+                Col("base", "at the lowest rate (ms)", ms, True),
+                Col("knee_rate", "knee (req/s)", lambda v: "none" if v is None else num(v, 2)),
+            ],
+        )
+        + '<p class="note">No per-request rows: the percentiles are the ones the tool wrote '
+        "(a summary may hold only medians); the knee uses the highest percentile every run of "
+        "the sweep records. Achieved rate = completed / duration from the summary.</p>"
+    )
+    return html, {"summary_sweeps": k.height, "summary_runs": sw.height}
+
+
 def build(ctx: Context) -> Section:
     s = Section("load", "Latency against load")
     df = ctx.query("report_load_curve")
+    extra, extra_summary = summary_sweeps(ctx)
     if df is None or df.is_empty():
+        if extra:
+            s.body, s.summary = extra, {"deployments": 0, "runs": 0, **extra_summary}
+            return s
         s.absent = (
             "No deployment has runs at several loads (a rate sweep): latency-vs-load curves "
             "need two runs or more of one deployment with arrival times."
@@ -227,8 +304,8 @@ def build(ctx: Context) -> Section:
         )
     for n in notes:
         note += f" {n}."
-    s.body = charts + knee_table + f'<p class="note">{esc(note)}</p>'
-    s.summary = {
+    s.body = charts + knee_table + f'<p class="note">{esc(note)}</p>' + extra
+    s.summary = extra_summary | {
         "deployments": k.height,
         "runs": df.height,
         "knees": {r["series"]: r["knee_rate"] for r in k.iter_rows(named=True)},
