@@ -479,9 +479,8 @@ def test_load_curves_from_runs_at_several_rates(tmp_path):
     assert "Latency against load" in html and "knee (req/s)" in html
 
 
-def test_load_curve_replays_a_calibrated_deployment(tmp_path):
-    specs = [Spec(n=200, seed=s, rate=r, start=EPOCH + 3600 * s) for s, r in ((1, 1.0), (2, 3.0))]
-    layout = make_warehouse(tmp_path / "wh", tmp_path / "logs", specs)
+def _calibrate_8b(layout: Layout) -> dict:
+    """A hand-written calibration (vllm-v1) of the fixture's Llama-8B deployment; its key row."""
     dep = pl.from_arrow(
         connect(layout)
         .sql(
@@ -498,6 +497,13 @@ def test_load_curve_replays_a_calibrated_deployment(tmp_path):
         "status": ["fitted"] * n,
     }  # fmt: skip
     write_derived(layout, "calibration", derived_frame("calibration", cal))
+    return dep
+
+
+def test_load_curve_replays_a_calibrated_deployment(tmp_path):
+    specs = [Spec(n=200, seed=s, rate=r, start=EPOCH + 3600 * s) for s, r in ((1, 1.0), (2, 3.0))]
+    layout = make_warehouse(tmp_path / "wh", tmp_path / "logs", specs)
+    _calibrate_8b(layout)
     r = build_report(layout, tmp_path / "r")
     s = r.summary["sections"]["load"]
     assert s["replayed_points"] == 8 * 3  # eight rates x p50/p90/p99, one calibrated deployment
@@ -608,22 +614,7 @@ def test_why_figures_from_a_hand_worked_log():
 def test_why_uses_the_calibrated_step_costs(tmp_path):
     specs = [Spec(n=200, seed=1, rate=1.0)]
     layout = make_warehouse(tmp_path / "wh", tmp_path / "logs", specs)
-    dep = pl.from_arrow(
-        connect(layout)
-        .sql(
-            "SELECT DISTINCT deployment, model, gpu, gpu_count, engine, weight_dtype, kv_dtype "
-            "FROM requests WHERE model LIKE '%8B%'"
-        )
-        .to_arrow_table()
-    ).row(0, named=True)
-    values = {"mfu": 0.5, "mbu": 0.6, "overlap": 0.5, "step_overhead_s": 0.004,
-              "seq_overhead_s": 0.0002, "kv_tokens": 400_000.0}  # fmt: skip
-    n = len(values)
-    cal = {k: [v] * n for k, v in dep.items()} | {
-        "scheduler": ["vllm-v1"] * n, "parameter": list(values), "value": list(values.values()),
-        "status": ["fitted"] * n,
-    }  # fmt: skip
-    write_derived(layout, "calibration", derived_frame("calibration", cal))
+    dep = _calibrate_8b(layout)
     r = build_report(layout, tmp_path / "r")
     assert r.summary["sections"]["why"]["with_prefill_share"] == 1
     section = r.path.read_text().split('id="why"')[1].split("</section>")[0]
