@@ -196,10 +196,10 @@ PEERS = """## Peers' published errors (for comparison; their inputs differ)
   the run and every context bin; DistServe's own fitted vLLM profile, which never saw these
   runs, shows the same run as the slowest (observed / profile 1.23 against 1.03-1.15). The
   spread between runs of one server (about +-6 % in decode, +-10 % in prefill) is a floor
-  on what a held-out run can be predicted to. The p90 TTFT at 3 req/s sits on a KV-capacity cliff. Fitted alone, that run
-  gets 53.1k tokens and a p90 TTFT within 4 %; held out, the capacity the other runs give
-  misses it by 43 %. On DistServe's disaggregated runs held out, TTFT
-  meets it; TPOT (median 8.4 %, worst 16.9 %) does not.
+  on what a held-out run can be predicted to. The p90 TTFT at 3 req/s sits on a
+  KV-capacity cliff. Fitted alone, that run gets 53.1k tokens and a p90 TTFT within 4 %;
+  held out, the capacity the other runs give misses it by 43 %. On DistServe's
+  disaggregated runs held out, TTFT meets it; TPOT (median 8.4 %, worst 16.9 %) does not.
 - The what-if from the colocated vLLM fit misses DistServe's TPOT, by +14 to +30 % at p50 and
   more in the tails. Part of it is the engines' different kernels: at small batches
   DistServe's fitted profile decodes ~10 % faster than vLLM's (batch 20, 18k context: 32 ms

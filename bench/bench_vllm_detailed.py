@@ -1,6 +1,9 @@
 """Ingest of a 1M-request vLLM ``--save-detailed`` result file against DuckDB's own read of it.
 
-    python bench/bench_vllm_detailed.py [--requests 1000000] [--repeat 1] [--keep]
+    python bench/bench_vllm_detailed.py [--requests 1000000] [--repeat 1] [--keep] [--tool sglang]
+
+``--tool sglang`` writes the same arrays (no start times or latencies) as one SGLang
+``bench_serving --output-details`` line instead.
 
 Builds (or reuses) ``bench/out/vllm_detailed_<N>.json``: one vLLM ``benchmark_serving.py`` result
 object on one line, as ``json.dump`` writes it, with the per-request arrays ``input_lens``,
@@ -81,14 +84,20 @@ def json_text(s: pl.Series) -> pl.Series:
     return s.cast(pl.Utf8)
 
 
-def write_detailed(path: Path, n: int) -> None:
+def write_detailed(path: Path, n: int, tool: str = "vllm") -> None:
     arrays = synth_arrays(n)
     ok = int((arrays["errors"] == "").sum())
     duration = float(arrays["start_times"].max()) - 1000.0
+    if tool == "sglang":  # bench_serving --output-details: one JSON line, no start times
+        arrays = {k: v for k, v in arrays.items() if k not in ("start_times", "latencies")}
     head = (
         '{"date": "20260101-120000", "endpoint_type": "vllm", "backend": "vllm", "label": null, '
         '"model_id": "meta-llama/Llama-3.1-8B-Instruct", '
         '"tokenizer_id": "meta-llama/Llama-3.1-8B-Instruct", '
+        if tool == "vllm"
+        else '{"backend": "sglang", "dataset_name": "random", '
+        '"server_info": {"model_path": "meta-llama/Llama-3.1-8B-Instruct"}, '
+    ) + (
         f'"num_prompts": {n}, "request_rate": "inf", "burstiness": 1.0, '
         f'"max_concurrency": 256, "duration": {duration}, '
         f'"completed": {ok}, "failed": {n - ok}, '
@@ -107,7 +116,7 @@ def write_detailed(path: Path, n: int) -> None:
                     f.write(", ")
                 f.write(json_text(s.slice(k, CHUNK)).str.join(", ").item())
             f.write("]")
-        f.write(', "mean_ttft_ms": 120.5, "median_ttft_ms": 100.25, "p99_ttft_ms": 700.0}')
+        f.write(', "mean_ttft_ms": 120.5, "median_ttft_ms": 100.25, "p99_ttft_ms": 700.0}\n')
     tmp.replace(path)
 
 
@@ -116,12 +125,22 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=1, help="measure each side this many times")
     ap.add_argument("--keep", action="store_true", help="keep the warehouse and parquet output")
+    ap.add_argument(
+        "--tool",
+        choices=("vllm", "sglang"),
+        default="vllm",
+        help="vllm: --save-detailed object; sglang: bench_serving --output-details line",
+    )
     a = ap.parse_args()
     OUT.mkdir(exist_ok=True)
-    src = OUT / f"vllm_detailed_{a.requests}.json"
+    src = OUT / (
+        f"vllm_detailed_{a.requests}.json"
+        if a.tool == "vllm"
+        else f"sglang_details_{a.requests}.jsonl"
+    )
     if not src.exists():
         t0 = time.perf_counter()
-        write_detailed(src, a.requests)
+        write_detailed(src, a.requests, a.tool)
         print(f"built {src.name} in {time.perf_counter() - t0:.1f} s")
     size = src.stat().st_size
     print(f"machine: {machine()}")
@@ -133,8 +152,9 @@ def main() -> None:
         '"COPY (SELECT * FROM read_json(?, maximum_object_size=' + str(size + 2**20) + ")) "
         "TO '" + str(base_out) + "' (FORMAT parquet)\", [sys.argv[1]])"
     )
-    wh = OUT / "wh_vllm_detailed"
-    ingest = [PY, "-m", "pipeline", "ingest", str(src), "--set", "gpu=H100-SXM", "-w", str(wh)]
+    wh = OUT / f"wh_{a.tool}_detailed"
+    sets = ["--set", "gpu=H100-SXM"] + (["--set", "gpu_count=1"] if a.tool == "sglang" else [])
+    ingest = [PY, "-m", "pipeline", "ingest", str(src), *sets, "-w", str(wh)]
     for rep in range(1, a.repeat + 1):
         b_wall, b_rss = measured([PY, "-c", baseline, str(src)])
         shutil.rmtree(wh, ignore_errors=True)

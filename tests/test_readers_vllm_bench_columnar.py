@@ -16,10 +16,19 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from pipeline.readers import vllm_bench
+from pipeline.readers import sglang_bench, vllm_bench
 from pipeline.readers.base import InputError, ReadContext
 
 TABLES = ("requests", "quarantine", "arrivals", "run_summaries", "runs")
+
+
+@pytest.fixture(autouse=True, params=["one-window", "61-byte-windows"])
+def window(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Every test runs twice: the file in one window, and cut into 61-byte windows, so array
+    ends, key matches and itls entries fall across window edges and itls comes in many batches."""
+    size = vllm_bench.WINDOW if request.param == "one-window" else 61
+    monkeypatch.setattr(vllm_bench, "WINDOW", size)
+    return size
 
 
 def detailed(n: int = 200, seed: int = 0, start_times: bool = True) -> dict:
@@ -76,7 +85,10 @@ def detailed(n: int = 200, seed: int = 0, start_times: bool = True) -> dict:
 def read(path: Path, fast: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, pl.DataFrame]:
     monkeypatch.setattr(vllm_bench, "COLUMNAR_MIN_BYTES", 0 if fast else 1 << 62)
     out: dict[str, list[pl.DataFrame]] = {t: [] for t in TABLES}
-    for batch in vllm_bench.READER.read(ReadContext(path=path, default_run_id="run")):
+    batches = list(vllm_bench.READER.read(ReadContext(path=path, default_run_id="run")))
+    if fast and vllm_bench.WINDOW < 100 and uses_fast_path(path):
+        assert sum(b.requests is not None for b in batches) > 3  # itls streamed in batches
+    for batch in batches:
         for t in TABLES:
             f = getattr(batch, t)
             if f is not None:
@@ -182,6 +194,30 @@ def test_duplicate_key_and_escaped_key(tmp_path: Path, monkeypatch: pytest.Monke
     assert_same(p, monkeypatch)
 
 
+def test_plain_file_is_streamed_not_loaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain file is read by windows from disk: the per-token itls (most of the file) never
+    whole; only the scalar arrays and the rest of the document are read in one piece."""
+    p = tmp_path / "big.json"
+    p.write_text(json.dumps(detailed(400, 7)))
+    monkeypatch.setattr(vllm_bench, "WINDOW", 1000)
+    monkeypatch.setattr(vllm_bench, "COLUMNAR_MIN_BYTES", 0)
+    biggest = 0
+    real = vllm_bench.Source.read
+
+    def spy(self: vllm_bench.Source, begin: int, end: int) -> bytes:
+        nonlocal biggest
+        out = real(self, begin, end)
+        if begin or end < self.size:  # the JSON path's whole read is the one exception
+            biggest = max(biggest, len(out))
+        return out
+
+    monkeypatch.setattr(vllm_bench.Source, "read", spy)
+    out = list(vllm_bench.READER.read(ReadContext(path=p, default_run_id="run")))
+    assert sum(b.requests.height for b in out if b.requests is not None) == 400
+    itls_bytes = len(json.dumps(detailed(400, 7)["itls"]))
+    assert biggest < itls_bytes / 10
+
+
 def test_truncated_file_raises_like_json_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -192,3 +228,34 @@ def test_truncated_file_raises_like_json_path(
         for fast in (True, False):
             with pytest.raises(InputError):
                 read(p, fast, monkeypatch)
+
+
+def test_sglang_output_details_streamed_like_line_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SGLang's bench_serving lines carry the same arrays: a large file is streamed by window
+    and gives exactly what the line-by-line path gives (bare Infinity included)."""
+    runs = []
+    for seed in (8, 9):
+        r = detailed(60, seed, start_times=False)
+        del r["model_id"]
+        r.update(dataset_name="random", server_info={"model_path": "m"})
+        runs.append(json.dumps(r).replace('"request_rate": "inf"', '"request_rate": Infinity'))
+    p = tmp_path / "sglang.jsonl"
+    p.write_text("\n".join(runs) + "\n")
+
+    def tables(fast: bool) -> dict[str, pl.DataFrame]:
+        monkeypatch.setattr(vllm_bench, "COLUMNAR_MIN_BYTES", 0 if fast else 1 << 62)
+        got = list(sglang_bench.READER.read(ReadContext(path=p, default_run_id="run")))
+        if fast and vllm_bench.WINDOW < 100:
+            assert sum(b.requests is not None for b in got) > 3
+        return {
+            t: pl.concat([getattr(b, t) for b in got if getattr(b, t) is not None])
+            for t in ("requests", "runs", "run_summaries")
+        }
+
+    fast, slow = tables(True), tables(False)
+    for t in fast:
+        assert_frame_equal(fast[t], slow[t], check_exact=True)
+    assert fast["requests"].height == 120
+    assert fast["requests"]["run_id"].unique().sort().to_list() == ["run#1", "run#2"]

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pipeline.readers import _common as c
+from pipeline.readers import vllm_bench
 from pipeline.readers.base import Capabilities, InputError, ReadContext, ReaderOutput
 from pipeline.readers.vllm_bench import RunParts, assemble_runs, run_ids, split_run
 
@@ -47,9 +48,19 @@ class SglangBenchReader:
         )
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
+        src = vllm_bench.open_source(ctx)
+        try:
+            yield from self._read(ctx, src)
+        finally:
+            src.close()
+
+    def _read(self, ctx: ReadContext, src: vllm_bench.Source) -> Iterator[ReaderOutput]:
         good: list[tuple[int, dict]] = []
         bad: list[tuple[int, str, str]] = []
-        for nums, texts in c.iter_line_batches(ctx):
+        streamed = _streamed_runs(src)
+        if streamed is not None:  # a large --output-details file: arrays parsed by window
+            good = streamed
+        for nums, texts in [] if streamed is not None else c.iter_line_batches(ctx):
             for line, text in zip(nums.to_list(), texts.to_list(), strict=True):  # one per run
                 try:
                     obj = json.loads(text)
@@ -75,7 +86,19 @@ class SglangBenchReader:
             rate = c.as_float(obj.get("request_rate"))
             rate = None if rate is None or math.isnan(rate) else rate
             runs.append(RunParts(run_id, obj, model, meta, metrics, rate))
-        yield assemble_runs(self.name, ctx, runs, bad)
+        yield from assemble_runs(self.name, ctx, runs, bad)
+
+
+def _streamed_runs(src: vllm_bench.Source) -> list[tuple[int, dict]] | None:
+    """The runs of a large file with the per-token ``itls`` left in the file (parsed later, a
+    window at a time, as for vLLM's detailed result); None (read line by line) for a small file
+    or one whose lines are not all whole JSON objects."""
+    if src.size < vllm_bench.COLUMNAR_MIN_BYTES:
+        return None
+    docs = vllm_bench.columnar_documents(src)
+    if not docs or any(err is not None or not isinstance(obj, dict) for _, obj, err in docs):
+        return None
+    return [(line, obj) for line, obj, _ in docs]
 
 
 READER = SglangBenchReader()

@@ -9,7 +9,9 @@ One JSON object per run (``--save-result``), several concatenated ones (``--appe
 from __future__ import annotations
 
 import io
+import json
 import math
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -78,6 +80,7 @@ _ARRAY_START = re.compile(
     rb'"(' + b"|".join(k.encode() for k in (*NUMERIC_ARRAYS, "itls")) + rb')"\s*:\s*\['
 )
 _NESTED_END = re.compile(rb"\]\s*\]")
+_ARRAY_END = re.compile(rb"\]")
 # Bytes a JSON array of numbers (or of lists of numbers, or nulls) can consist of; anything else
 # (strings, true/false, objects) sends the file down the JSON path, which handles odd types.
 _NUMERIC_BYTES = b"0123456789.eE+-,[] \t\r\nnul"
@@ -106,8 +109,8 @@ def split_run(obj: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _is_array(v: object) -> bool:
-    """A per-request array: a Python list (JSON parse) or a Series (columnar fast path)."""
-    return isinstance(v, list | pl.Series)
+    """A per-request array: a Python list (JSON parse), a Series or the streamed ``itls``."""
+    return isinstance(v, list | pl.Series | LazyItls)
 
 
 def per_request_arrays(
@@ -155,6 +158,67 @@ def per_request_arrays(
     )
 
 
+def per_request_batches(
+    obj: dict[str, Any], run_id: str, model: str | None, engine: str | None
+) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
+    """:func:`per_request_arrays` in batches of requests when ``itls`` is streamed.
+
+    The scalar arrays are held whole (8 bytes per request each); the per-token ``itls`` are
+    parsed one window of the file at a time, so memory stays bounded by the window, not the run.
+    """
+    itls = obj.get("itls")
+    if not isinstance(itls, LazyItls):
+        yield per_request_arrays(obj, run_id, model, engine)
+        return
+    scalars = {k: obj.get(k) for k in ARRAY_KEYS if k != "itls"}
+    n_scalar = max((len(v) for v in scalars.values() if _is_array(v)), default=0)
+
+    def rows(a: int, b: int, itl: pl.Series | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+        k = b - a
+
+        def column(key: str, name: str) -> pl.Series:
+            v = scalars[key]
+            if isinstance(v, pl.Series):
+                part = v.slice(a, k)
+                return part.alias(name).extend_constant(None, k - part.len())
+            v = v if isinstance(v, list) else []
+            return c.float_series(v[a:b] + [None] * (k - len(v[a:b])), name)
+
+        errs = scalars["errors"] if isinstance(scalars["errors"], list) else []
+        errs = errs[a:b] + [None] * (k - len(errs[a:b]))
+        df = pl.DataFrame(
+            [
+                column("input_lens", "in"),
+                column("output_lens", "out"),
+                column("ttfts", "ttft"),
+                (
+                    itl if itl is not None else pl.Series([None] * k, dtype=pl.List(pl.Float64))
+                ).alias("itl"),
+                column("start_times", "start"),
+                column("latencies", "lat"),
+                *_error_series(errs),
+            ]
+        )
+        return requests_from_arrays(
+            df,
+            run_id,
+            model,
+            engine,
+            have_start=_is_array(scalars["start_times"]),
+            have_lat=_is_array(scalars["latencies"]),
+            have_itls=True,
+            first_line=a + 1,
+        )
+
+    done = 0
+    for itl in itls.batches():
+        if itl.len():
+            yield rows(done, done + itl.len(), itl)
+            done += itl.len()
+    if n_scalar > done:  # the other arrays are longer than itls: padded as on the JSON path
+        yield rows(done, n_scalar, None)
+
+
 def requests_from_arrays(
     df: pl.DataFrame,
     run_id: str,
@@ -164,6 +228,7 @@ def requests_from_arrays(
     have_start: bool,
     have_lat: bool,
     have_itls: bool,
+    first_line: int = 1,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Validate and convert one run's per-request columns into canonical rows and quarantine.
 
@@ -172,7 +237,9 @@ def requests_from_arrays(
     ``errors`` entry is not a string); ``have_*`` say whether the file had that array at all.
     """
     n = df.height
-    df = df.with_columns(pl.int_range(1, n + 1).cast(pl.Int64, strict=False).alias("_line"))
+    df = df.with_columns(
+        pl.int_range(first_line, first_line + n).cast(pl.Int64, strict=False).alias("_line")
+    )
     is_err = pl.col("err").fill_null("").str.len_chars() > 0
     df = df.with_columns(
         pl.struct(
@@ -273,29 +340,114 @@ def _request_rate(v: object) -> float | None:
     return f if f is None or not math.isnan(f) else None
 
 
-def columnar_documents(data: bytes) -> list[tuple[int, Any, str | None]] | None:
+WINDOW = 64 * 1024 * 1024  # bytes of the file looked at (or parsed) at a time
+_OVERLAP = 4096  # a pattern match is never longer than this
+
+
+class Source:
+    """The file's bytes, read a window at a time: an in-memory ``bytes`` (compressed input, tests)
+    or a plain file read with ``os.pread`` (no page-cache pages counted in this process)."""
+
+    def __init__(self, data: bytes | None = None, path: Path | None = None) -> None:
+        self.data = data
+        self.fd = os.open(path, os.O_RDONLY) if path is not None else -1
+        self.size = len(data) if data is not None else os.fstat(self.fd).st_size
+
+    def read(self, begin: int, end: int) -> bytes:
+        end = min(end, self.size)
+        if begin >= end:
+            return b""
+        if self.data is not None:
+            return self.data[begin:end]
+        parts, pos = [], begin
+        while pos < end:
+            got = os.pread(self.fd, end - pos, pos)
+            if not got:
+                break
+            parts.append(got)
+            pos += len(got)
+        return b"".join(parts)
+
+    def search(self, pattern: re.Pattern[bytes], pos: int) -> tuple[int, int, bytes] | None:
+        """(start, end, group 1 or b"") of the first match at or after ``pos``."""
+        while pos < self.size:
+            w = self.read(pos, pos + WINDOW + _OVERLAP)
+            m = pattern.search(w)
+            if m and (m.end() <= WINDOW or pos + len(w) >= self.size):
+                return pos + m.start(), pos + m.end(), (m.group(1) if m.groups() else b"")
+            pos += WINDOW
+        return None
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class LazyItls:
+    """The ``itls`` array of one run, parsed a window of the file at a time (see batches)."""
+
+    def __init__(self, src: Source, begin: int, end: int) -> None:
+        self.src, self.begin, self.end = src, begin, end  # "[" ... "]" inclusive
+
+    def batches(self) -> Iterator[pl.Series]:
+        """The entries as List(Float64) Series, whole entries per window, in file order.
+
+        A window Polars cannot parse (a ``null`` entry, odd nesting) is parsed by Python's json
+        and sanitised exactly like the JSON path (:func:`c.float_list_series`); invalid JSON
+        raises InputError, and ingest keeps what was read before it."""
+        pos, body_end, size = self.begin + 1, self.end - 1, WINDOW
+        while pos < body_end:
+            w = self.src.read(pos, min(pos + size, body_end))
+            if pos + len(w) < body_end:
+                cut = w.rfind(b"]")
+                if cut < 0:  # one entry longer than the window
+                    size *= 2
+                    continue
+                w = w[: cut + 1]
+            at, pos = pos, pos + len(w)
+            body = w.lstrip(b" \t\r\n")
+            if body.startswith(b","):
+                body = body[1:]
+            if not body.strip():
+                continue
+            yield _parse_itls_window(body, at)
+
+
+def _parse_itls_window(body: bytes, at: int) -> pl.Series:
+    try:
+        return _parse_numeric_array(b"[" + body + b"]", True).alias("itl")
+    except Exception:  # error path: nulls or odd entries, sanitised as on the JSON path
+        try:
+            values = json.loads(b"[" + body + b"]")
+        except ValueError as exc:
+            raise InputError(f"itls array is not valid JSON near byte {at:,} ({exc})") from exc
+        return c.float_list_series(values, "itl")
+
+
+def columnar_documents(data: bytes | Source) -> list[tuple[int, Any, str | None]] | None:
     """The file's JSON documents like :func:`c.iter_json_documents`, numeric arrays as Series.
 
-    The large numeric arrays (``itls``, ``ttfts``, ...) are cut out of the text by byte offsets and
-    parsed by Polars (``itls`` as JSON lines, one per request, so the parse is parallel and its
-    memory bounded); the small rest (metadata, ``errors``, ``generated_texts``) is parsed by
-    Python's ``json`` exactly as on the JSON path, with each cut array replaced by a placeholder
-    string (and as many newlines, so line numbers do not move). None when anything is unusual
-    (odd bytes in an array, an array that is not where a top-level one should be, a Polars parse
-    error): the caller then takes the JSON path, so results on bad input do not change.
+    The large numeric arrays (``ttfts``, ...) are cut out of the text by byte offsets and parsed
+    by Polars; ``itls`` is left in the file as a :class:`LazyItls` and parsed in windows when its
+    requests are built, so memory does not grow with the per-token data. The small rest
+    (metadata, ``errors``, ``generated_texts``) is parsed by Python's ``json`` exactly as on the
+    JSON path, with each cut array replaced by a placeholder string (and as many newlines, so
+    line numbers do not move). None when anything is unusual (odd bytes in an array, an array
+    that is not where a top-level one should be, a Polars parse error): the caller then takes the
+    JSON path, so results on bad input do not change.
     """
+    src = data if isinstance(data, Source) else Source(data)
     spans: list[tuple[int, int, bool]] = []  # (start of "[", end after "]", nested)
     pos = 0
-    while m := _ARRAY_START.search(data, pos):
-        if m.start() and data[m.start() - 1 : m.start()] == b"\\":
+    while m := src.search(_ARRAY_START, pos):
+        m_start, m_end, key = m
+        if m_start and src.read(m_start - 1, m_start) == b"\\":
             return None  # inside an escaped string: leave such files to the JSON path
-        nested = m.group(1) == b"itls"
-        begin = m.end() - 1
-        if nested:
-            end_m = _NESTED_END.search(data, begin)
-            end = end_m.end() if end_m else -1
-        else:
-            end = data.find(b"]", begin) + 1
+        nested = key == b"itls"
+        begin = m_end - 1
+        found = src.search(_NESTED_END if nested else _ARRAY_END, begin)
+        end = found[1] if found else -1
         if end <= 0:
             return None  # truncated
         spans.append((begin, end, nested))
@@ -303,28 +455,33 @@ def columnar_documents(data: bytes) -> list[tuple[int, Any, str | None]] | None:
     if not spans:
         return None
     pieces: list[bytes] = []
-    parsed: dict[str, pl.Series] = {}
+    parsed: dict[str, pl.Series | LazyItls] = {}
     prev = 0
     try:
         for i, (begin, end, nested) in enumerate(spans):
-            chunk = data[begin:end]
-            if chunk.translate(None, _NUMERIC_BYTES):
-                return None
-            parsed[f"{_SPAN}{i}"] = _parse_numeric_array(chunk, nested)
-            pieces += [data[prev:begin], f'"\\u0000vllm_bench-array:{i}"'.encode()]
-            pieces.append(b"\n" * chunk.count(b"\n"))
+            newlines = 0
+            for w0 in range(begin, end, WINDOW):
+                chunk = src.read(w0, min(w0 + WINDOW, end))
+                if chunk.translate(None, _NUMERIC_BYTES):
+                    return None
+                newlines += chunk.count(b"\n")
+            if nested:
+                parsed[f"{_SPAN}{i}"] = LazyItls(src, begin, end)
+            else:
+                parsed[f"{_SPAN}{i}"] = _parse_numeric_array(src.read(begin, end), False)
+            pieces += [src.read(prev, begin), f'"\\u0000vllm_bench-array:{i}"'.encode()]
+            pieces.append(b"\n" * newlines)
             prev = end
-            del chunk
     except Exception:  # error path: Polars rejects the array (bad number, bad nesting)
         return None
-    pieces.append(data[prev:])
+    pieces.append(src.read(prev, src.size))
     docs = list(c.iter_json_documents(c.decode_text(b"".join(pieces))))
     used = 0
     for _, obj, err in docs:
         if err is None and isinstance(obj, dict):
             for k, v in obj.items():
                 if isinstance(v, str) and v in parsed:
-                    if k not in ARRAY_KEYS or (k == "itls") != (parsed[v].dtype != pl.Float64):
+                    if k not in ARRAY_KEYS or (k == "itls") != isinstance(parsed[v], LazyItls):
                         return None
                     obj[k] = parsed[v]
                     used += 1
@@ -362,9 +519,9 @@ class RunParts:
 
 def assemble_runs(
     name: str, ctx: ReadContext, runs: list[RunParts], bad: list[tuple[int, str, Any]]
-) -> ReaderOutput:
-    """Runs, summaries and per-request rows of parsed runs, plus the unparseable ones."""
-    summaries, req_frames, q_frames, run_rows = [], [], [], []
+) -> Iterator[ReaderOutput]:
+    """Runs and summaries, then each run's per-request rows in batches, then the unparseable."""
+    summaries, run_rows = [], []
     for r in runs:
         backend = r.obj.get("backend") if isinstance(r.obj.get("backend"), str) else None
         run_rows.append(
@@ -378,21 +535,17 @@ def assemble_runs(
             }
         )
         summaries.append(c.summaries_frame(name, ctx, r.run_id, r.metrics))
-        reqs, q = per_request_arrays(r.obj, r.run_id, r.model, c.engine_from_backend(backend))
-        if reqs.height:
-            req_frames.append(reqs)
-        if q.height:
-            q_frames.append(q)
+    yield ReaderOutput(runs=c.runs_frame(name, ctx, run_rows), run_summaries=pl.concat(summaries))
+    for r in runs:
+        backend = r.obj.get("backend") if isinstance(r.obj.get("backend"), str) else None
+        engine = c.engine_from_backend(backend)
+        for reqs, q in per_request_batches(r.obj, r.run_id, r.model, engine):
+            yield ReaderOutput(
+                requests=reqs if reqs.height else None, quarantine=q if q.height else None
+            )
     if bad:
-        q_frames.append(
-            c.quarantine_frame([b[0] for b in bad], [b[1] for b in bad], [b[2] for b in bad])
-        )
-    return ReaderOutput(
-        requests=pl.concat(req_frames) if req_frames else None,
-        quarantine=pl.concat(q_frames) if q_frames else None,
-        runs=c.runs_frame(name, ctx, run_rows),
-        run_summaries=pl.concat(summaries),
-    )
+        q = c.quarantine_frame([b[0] for b in bad], [b[1] for b in bad], [b[2] for b in bad])
+        yield ReaderOutput(quarantine=q)
 
 
 class VllmBenchReader:
@@ -419,11 +572,16 @@ class VllmBenchReader:
         return '"model_id"' in text and any(h in text for h in _METRIC_HINTS)
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
-        data = c.read_all(ctx)
-        docs = columnar_documents(data) if len(data) >= COLUMNAR_MIN_BYTES else None
+        src = open_source(ctx)
+        try:
+            yield from self._read(ctx, src)
+        finally:
+            src.close()
+
+    def _read(self, ctx: ReadContext, src: Source) -> Iterator[ReaderOutput]:
+        docs = columnar_documents(src) if src.size >= COLUMNAR_MIN_BYTES else None
         if docs is None:
-            docs = list(c.iter_json_documents(c.decode_text(data)))
-        del data
+            docs = list(c.iter_json_documents(c.decode_text(src.read(0, src.size))))
         if not docs:
             raise InputError("file is empty")
         good = [(line, obj) for line, obj, err in docs if err is None and isinstance(obj, dict)]
@@ -445,7 +603,16 @@ class VllmBenchReader:
             runs.append(
                 RunParts(run_id, obj, model, meta, metrics, _request_rate(obj.get("request_rate")))
             )
-        yield assemble_runs(self.name, ctx, runs, bad)
+        yield from assemble_runs(self.name, ctx, runs, bad)
+
+
+def open_source(ctx: ReadContext) -> Source:
+    """A plain file is read in windows from disk; a compressed one is decompressed in memory."""
+    with open(ctx.path, "rb") as f:
+        magic = f.read(4)
+    if magic[:2] == b"\x1f\x8b" or magic == b"\x28\xb5\x2f\xfd":
+        return Source(data=c.read_all(ctx))
+    return Source(path=ctx.path)
 
 
 READER = VllmBenchReader()
