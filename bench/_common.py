@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 import subprocess
 import time
 from pathlib import Path
@@ -19,6 +20,11 @@ def measured(cmd: list[str]) -> tuple[float, float]:
     wall = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}")
+    # Linux carries the parent's RSS high-water mark into a child across (v)fork + exec, so a
+    # child's ru_maxrss is at least the parent's peak: a figure that low says nothing of the child.
+    parent = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if usage.ru_maxrss <= parent:
+        print(f"  warning: peak RSS {usage.ru_maxrss / 1024:,.0f} MiB may be this bench's own")
     return wall, usage.ru_maxrss / 1024
 
 

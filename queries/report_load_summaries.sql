@@ -6,8 +6,8 @@
 WITH s AS (
     SELECT
         run_id,
-        any_value(source_file) AS source_file,
-        any_value(source_format) AS source_format,
+        min(source_file) AS source_file,
+        min(source_format) AS source_format,
         max(CASE WHEN metric = 'completed' THEN value END) AS completed,
         max(CASE WHEN metric = 'duration' THEN value END) AS duration_s,
         max(CASE WHEN metric = 'output_throughput' THEN value END) AS output_throughput,

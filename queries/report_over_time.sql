@@ -108,14 +108,16 @@ ttft AS (
     WHERE status = 'ok' AND ttft_s IS NOT NULL
     GROUP BY run_id, CAST(floor((t_arrival - t0) / window_s) AS BIGINT)
 ),
+-- A run whose rows name more than one deployment (say some lines lack the model) is drawn once,
+-- under the smallest key: min, not any_value, so DuckDB and Spark pick the same one.
 runs_of AS (
     SELECT
         run_id,
-        any_value(deployment) AS deployment,
-        any_value(coalesce(model, '?')) AS model,
-        any_value(coalesce(gpu, '?')) AS gpu,
-        any_value(coalesce(gpu_count, 1)) AS gpu_count,
-        any_value(coalesce(weight_dtype, 'bf16')) AS weight_dtype,
+        min(deployment) AS deployment,
+        min(coalesce(model, '?')) AS model,
+        min(coalesce(gpu, '?')) AS gpu,
+        min(coalesce(gpu_count, 1)) AS gpu_count,
+        min(coalesce(weight_dtype, 'bf16')) AS weight_dtype,
         count(*) AS requests
     FROM clocked
     GROUP BY run_id
