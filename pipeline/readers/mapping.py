@@ -34,7 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
+from pipeline.files.sources import compression
 from pipeline.readers import _common as c
 from pipeline.readers.base import (
     CANONICAL_SCHEMA,
@@ -139,6 +142,42 @@ def _input_format(m: Mapping, path: Path) -> str:
     raise InputError(f"cannot tell the input format of {path.name}; set format in the mapping")
 
 
+def _csv_frame(df: pl.DataFrame) -> pl.DataFrame:
+    """A CSV batch with ``_line`` (the row's line number when no field spans lines) and ``_raw``."""
+    return df.with_columns(
+        pl.col("_line").cast(pl.Int64, strict=False),
+        pl.concat_str(pl.all().exclude("_line").fill_null(""), separator=",").alias("_raw"),
+    )
+
+
+def _parquet_batches(ctx: ReadContext) -> Iterator[pl.DataFrame]:
+    """Row groups read one batch at a time (pyarrow), with ``_line`` and ``_raw``."""
+    try:
+        if compression(ctx.path) is None:
+            pf = pq.ParquetFile(ctx.path)
+        else:
+            pf = pq.ParquetFile(pa.BufferReader(c.read_all(ctx)))
+        start = 1
+        yielded = False
+        for rb in pf.iter_batches(batch_size=max(1, ctx.batch_rows)):
+            df = pl.from_arrow(rb)
+            assert isinstance(df, pl.DataFrame)
+            yield _parquet_frame(df, start)
+            start += df.height
+            yielded = True
+        if not yielded:
+            yield _parquet_frame(pl.from_arrow(pf.schema_arrow.empty_table()), 1)  # type: ignore[arg-type]
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError(f"not a readable Parquet file: {exc}") from exc
+
+
+def _parquet_frame(df: pl.DataFrame, start: int) -> pl.DataFrame:
+    return df.with_row_index("_line", offset=start).with_columns(
+        pl.col("_line").cast(pl.Int64, strict=False),
+        pl.struct(pl.all()).struct.json_encode().alias("_raw"),
+    )
+
+
 class MappingReader:
     name = "mapping"
     description = (
@@ -163,47 +202,29 @@ class MappingReader:
             if mp is None:
                 raise InputError("the mapping reader needs a mapping file (--mapping FILE.toml)")
             m = load_mapping(Path(mp))
-        df = self._load(m, ctx)
-        yield self._convert(m, ctx, df)
+        fmt = _input_format(m, ctx.path)
+        for df, pre_q in self._frames(m, fmt, ctx):
+            yield self._convert(m, fmt, ctx, df, pre_q)
 
     # -- input
 
-    def _load(self, m: Mapping, ctx: ReadContext) -> pl.DataFrame:
-        fmt = _input_format(m, ctx.path)
-        cols = sorted({s.column for s in m.fields.values()})
+    def _frames(
+        self, m: Mapping, fmt: str, ctx: ReadContext
+    ) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
+        """(records, records already quarantined) in batches of about ``ctx.batch_rows``, so
+        memory does not grow with the file (a plain CSV, JSON lines or Parquet file is never read
+        whole; a compressed CSV or Parquet file and a JSON document still are)."""
+        empty = c.empty_quarantine()
         if fmt == "parquet":
-            try:
-                df = pl.read_parquet(io.BytesIO(c.read_all(ctx)))
-            except Exception as exc:
-                raise InputError(f"not a readable Parquet file: {exc}") from exc
-            df = df.with_row_index("_line", offset=1).with_columns(
-                pl.col("_line").cast(pl.Int64, strict=False),
-                pl.struct(pl.all()).struct.json_encode().alias("_raw"),
-            )
+            for df in _parquet_batches(ctx):
+                yield df, empty
         elif fmt == "csv":
-            data = c.read_all(ctx)
-            try:
-                df = pl.read_csv(
-                    io.BytesIO(data),
-                    separator=m.csv_separator,
-                    infer_schema=False,
-                    truncate_ragged_lines=True,
-                )
-            except Exception as exc:
-                raise InputError(f"not a readable CSV file: {exc}") from exc
-            df = df.with_row_index("_line", offset=2).with_columns(
-                pl.col("_line").cast(pl.Int64, strict=False),
-                pl.concat_str(pl.all().exclude("_line").fill_null(""), separator=",").alias("_raw"),
-            )
+            for df in self._csv_batches(m, ctx):
+                yield df, empty
         elif fmt == "jsonl":
-            frames, qs = [], []
+            cols = sorted({s.column for s in m.fields.values()})
             for nums, texts in c.iter_line_batches(ctx):
-                d, q = c.parse_ndjson(nums, texts, cols)
-                frames.append(d)
-                qs.append(q)
-            df = pl.concat(frames) if frames else pl.DataFrame()
-            self._pre_q = pl.concat(qs) if qs else c.empty_quarantine()
-            return df
+                yield c.parse_ndjson(nums, texts, cols)
         else:
             doc: Any = c.load_json(ctx)
             if m.records:
@@ -213,9 +234,37 @@ class MappingReader:
                 raise InputError(
                     f"JSON input: {m.records or 'the document'} is not an array of records"
                 )
-            df = c.records_frame(doc)
-        self._pre_q = c.empty_quarantine()
-        return df
+            yield c.records_frame(doc), empty
+
+    def _csv_batches(self, m: Mapping, ctx: ReadContext) -> Iterator[pl.DataFrame]:
+        opts: dict[str, Any] = {
+            "separator": m.csv_separator,
+            "infer_schema": False,  # every column as text: the conversion parses and checks
+            "truncate_ragged_lines": True,
+        }
+        try:
+            if compression(ctx.path) is None:
+                # Polars' streaming engine reads the file in morsels; batches of batch_rows keep
+                # the peak near one batch whatever the file's size.
+                lf = pl.scan_csv(ctx.path, **opts).with_row_index("_line", offset=2)
+                empty = lf.head(0)
+                batches: Iterator[pl.DataFrame] = iter(
+                    lf.collect_batches(chunk_size=max(1, ctx.batch_rows))
+                )
+            else:
+                whole = pl.read_csv(io.BytesIO(c.read_all(ctx)), **opts)
+                whole = whole.with_row_index("_line", offset=2)
+                empty = whole.head(0).lazy()
+                batches = iter(whole.iter_slices(max(1, ctx.batch_rows)))
+            rows = 0
+            for df in batches:
+                rows += df.height
+                if df.height:
+                    yield _csv_frame(df)
+            if not rows:  # header only: no rows, but the mapped columns are still checked
+                yield _csv_frame(empty.collect())
+        except pl.exceptions.PolarsError as exc:
+            raise InputError(f"not a readable CSV file: {exc}") from exc
 
     # -- conversion
 
@@ -238,9 +287,11 @@ class MappingReader:
         scale = c.UNIT_SECONDS[spec.unit or m.unit]
         return c.num(col) * scale, clock
 
-    def _convert(self, m: Mapping, ctx: ReadContext, df: pl.DataFrame) -> ReaderOutput:
+    def _convert(
+        self, m: Mapping, fmt: str, ctx: ReadContext, df: pl.DataFrame, pre_q: pl.DataFrame
+    ) -> ReaderOutput:
         missing = sorted({s.column for s in m.fields.values()} - set(df.columns))
-        if df.height and missing and m.format not in ("jsonl",):
+        if df.height and missing and fmt != "jsonl":
             raise InputError(f"columns named in the mapping are not in the input: {missing}")
         for col in missing:
             df = df.with_columns(pl.lit(None, pl.Utf8).alias(col))
@@ -337,7 +388,7 @@ class MappingReader:
             out = out.with_columns(c.num(pl.col("prompt_tokens")).cast(pl.Int64, strict=False))
         if "status" not in exprs:
             out = out.with_columns(pl.lit("ok").alias("status"))
-        quarantine = pl.concat([self._pre_q, q])
+        quarantine = pl.concat([pre_q, q])
         return ReaderOutput(
             requests=c.requests_frame(out), quarantine=quarantine if quarantine.height else None
         )
