@@ -9,20 +9,36 @@ level ``metrics.*`` distributions → ``run_summaries`` (``<metric>.<status>.<st
 
 from __future__ import annotations
 
+import io
+import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from pipeline.readers import _common as c
+from pipeline.readers import json_elements as je
+from pipeline.readers import vllm_bench
 from pipeline.readers.base import Capabilities, InputError, ReadContext, ReaderOutput
-from pipeline.readers.vllm_bench import run_ids
+from pipeline.readers.vllm_bench import Source, run_ids
 
 PRIORITY = 41
 STATUS = {"successful": "ok", "errored": "error", "incomplete": "cancelled"}
 _STATS = ("mean", "median", "mode", "variance", "std_dev", "min", "max", "count", "total_sum")
+
+# Plain files at least this large are streamed: the request arrays are located by a structural
+# scan (json_elements) and parsed a batch of elements at a time, so memory does not grow with
+# the number of requests; smaller ones (and compressed ones) are parsed whole, as always.
+STREAM_MIN_BYTES = vllm_bench.COLUMNAR_MIN_BYTES
+# Levels of the structural scan kept: document {0} > benchmarks [1] > benchmark {2} >
+# requests {3} > successful [4] > the request objects' own braces and separating commas (5).
+_ELEMENT_LEVEL = 5
+_PLACEHOLDER = "\x00guidellm-requests:"
+_KEY_SAMPLE = 1000  # records_frame takes the columns from the first 1000 records of a list
 
 
 def _first(df: pl.DataFrame, *candidates: tuple[str, str | None]) -> pl.Expr:
@@ -40,6 +56,168 @@ def _get(d: object, *path: str) -> Any:
             return None
         d = d.get(p)
     return d
+
+
+def _model(bench: dict, doc: dict) -> Any:
+    return (
+        _get(bench, "worker", "backend_model")
+        or _get(bench, "config", "backend", "model")  # 0.8: benchmarks[].config.backend
+        or _get(doc, "config", "spec", "backend", "model")
+        or _get(doc, "config", "backend_kwargs", "model")
+    )
+
+
+@dataclass
+class _Plan:
+    """A large report located by the structural scan: the document with every streamed request
+    array replaced by a placeholder string, and those arrays (by placeholder)."""
+
+    src: Source
+    doc: dict
+    # (benchmark index, status key) -> the streamed array there and its frame's text columns;
+    # by position, not by the placeholder's value, so no string in a file can pose as one.
+    arrays: dict[tuple[int, str], tuple[je.ElementArray, dict[str, pl.DataType]]]
+
+
+def _plan(ctx: ReadContext) -> _Plan | None:
+    """The streamed reading of a plain file, or None (compressed, or anything unusual: invalid
+    JSON, no ``benchmarks`` list, a request array that is not one), so the whole-document path
+    reads it and its errors and quarantine stay what they always were."""
+    with open(ctx.path, "rb") as f:
+        magic = f.read(4)
+    if magic[:2] == b"\x1f\x8b" or magic == b"\x28\xb5\x2f\xfd":
+        return None  # compressed: decompressed whole anyway, so the ordinary path is as good
+    src = Source(path=ctx.path)
+    try:
+        plan = _locate(src)
+    except Exception:
+        plan = None  # the scan met something it does not model: the ordinary path decides
+    if plan is None:
+        src.close()
+    return plan
+
+
+def _locate(src: Source) -> _Plan | None:
+    """Scan, find each benchmarks[j].requests.<status> array, parse the rest with Python's json
+    and check every placeholder sits where the scan found its array."""
+    st = je.scan(src, _ELEMENT_LEVEL)
+    if st is None or st.char[0] != ord("{") or st.level[0] != 0:
+        return None
+    bi = je.members(src, st, 0).get(b"benchmarks")
+    benches = je.array_elements(src, st, bi) if bi is not None else None
+    if benches is None:
+        return None
+    spans: list[tuple[int, str, je.ElementArray]] = []  # (benchmark index, key, array)
+    for j in np.flatnonzero(benches.is_object).tolist():  # one per benchmark
+        oi = int(np.searchsorted(st.pos, benches.starts[j]))  # the benchmark's "{"
+        ri = je.members(src, st, oi).get(b"requests")
+        if ri is None or st.char[ri] != ord("{"):
+            continue
+        for key, ai in je.members(src, st, ri).items():
+            if ai is None or key.decode() not in STATUS or st.char[ai] != ord("["):
+                continue
+            arr = je.array_elements(src, st, ai)
+            if arr is None:
+                return None
+            spans.append((j, key.decode(), arr))
+    spans.sort(key=lambda s: s[2].begin)
+    pieces: list[bytes] = []
+    prev = 0
+    for k, (_, _, arr) in enumerate(spans):
+        pieces += [src.read(prev, arr.begin), f'"\\u0000guidellm-requests:{k}"'.encode()]
+        prev = arr.end
+    pieces.append(src.read(prev, src.size))
+    try:
+        doc = json.loads(c.decode_text(b"".join(pieces)))
+    except (InputError, ValueError, RecursionError):
+        return None
+    del pieces
+    docs = doc.get("benchmarks") if isinstance(doc, dict) else None
+    if not isinstance(docs, list):
+        return None
+    arrays: dict[tuple[int, str], tuple[je.ElementArray, dict[str, pl.DataType]]] = {}
+    for k, (j, key, arr) in enumerate(spans):
+        bench = docs[j] if j < len(docs) else None
+        reqs = bench.get("requests") if isinstance(bench, dict) else None
+        if not isinstance(reqs, dict) or reqs.get(key) != f"{_PLACEHOLDER}{k}":
+            return None  # shadowed by a duplicate key, or not where the scan put it
+        schema = _sample_schema(arr)
+        if schema is None:
+            return None
+        arrays[(j, key)] = (arr, schema)
+    return _Plan(src, doc, arrays)
+
+
+def _sample_schema(arr: je.ElementArray) -> dict[str, pl.DataType] | None:
+    """The columns records_frame would give the whole list: the keys of its first 1000
+    records, in order (Python json on at most 1000 elements); None when one is invalid JSON."""
+    keys: dict[str, None] = {}
+    seen = 0
+    for _, chunk, _ in arr.batches(max_rows=_KEY_SAMPLE):
+        for line in chunk.decode("utf-8").split("\n")[: _KEY_SAMPLE - seen]:  # <= 1000 in all
+            try:
+                r = json.loads(line)
+            except (ValueError, RecursionError):
+                return None
+            if isinstance(r, dict):
+                keys.update(dict.fromkeys(r))
+            seen += 1
+        if seen >= _KEY_SAMPLE:
+            break
+    return {k: pl.Utf8() for k in keys}
+
+
+def _not_object_lines(lines: pl.Series, is_object: np.ndarray) -> pl.Series:
+    """Non-object elements wrapped as records_frame wraps them (``{"_not_an_object": x}``)."""
+    if is_object.all():
+        return lines
+    wrapped = pl.lit('{"_not_an_object": ') + pl.col("_raw") + pl.lit("}")
+    return (
+        lines.to_frame()
+        .select(pl.when(pl.Series(is_object)).then(pl.col("_raw")).otherwise(wrapped))
+        .to_series()
+        .alias("_raw")
+    )
+
+
+def _batch_frame(
+    ctx: ReadContext, chunk: bytearray, is_object: np.ndarray, schema: dict[str, pl.DataType]
+) -> pl.DataFrame:
+    """One batch of elements as records_frame makes a list: text columns, ``_raw`` (1-based
+    ``_line`` is added by the caller). The elements' own text is parsed by Polars; a batch it
+    rejects (NaN, a number too large for a float) goes through Python's json and ``_dumps``
+    exactly as records_frame does."""
+    lines = pl.Series("_raw", chunk.decode("utf-8").split("\n"), dtype=pl.Utf8)
+    lines = _not_object_lines(lines.str.strip_chars(" \t"), is_object)
+    payload = chunk if is_object.all() else "\n".join(lines.to_list()).encode()
+    read_schema = schema or {"_x": pl.Utf8()}
+    try:
+        df = pl.read_ndjson(io.BytesIO(payload), schema=read_schema)
+        if df.height != lines.len():
+            raise ValueError("element count differs")
+    except Exception:  # error path: values Polars' parser refuses
+        try:
+            texts = [c._dumps(json.loads(t)) for t in lines.to_list()]
+        except (ValueError, RecursionError):
+            c.load_json(ctx)  # raises the whole-document parser's error, as the old path did
+            raise InputError("a guidellm request entry is not valid JSON") from None
+        lines = pl.Series("_raw", texts, dtype=pl.Utf8)
+        df = pl.read_ndjson(io.BytesIO("\n".join(texts).encode()), schema=read_schema)
+    return df.with_columns(lines)
+
+
+def _redump_raw(q: pl.DataFrame, df: pl.DataFrame) -> pl.DataFrame:
+    """Quarantine ``raw`` as the whole-document path writes it: the element re-dumped by
+    Python's json (file text can differ in spacing, escapes and number spelling)."""
+    full = df.filter(pl.col("_line").is_in(q["line"].implode())).select("_line", "_raw")
+    by_line = dict(zip(full["_line"].to_list(), full["_raw"].to_list(), strict=True))
+    raws = []
+    for line, raw in zip(q["line"].to_list(), q["raw"].to_list(), strict=True):  # bad rows only
+        try:
+            raws.append(c._dumps(json.loads(by_line[line]))[: c.RAW_LIMIT])
+        except (KeyError, ValueError, RecursionError):
+            raws.append(raw)
+    return q.with_columns(pl.Series("raw", raws, dtype=pl.Utf8))
 
 
 class GuidellmReader:
@@ -67,6 +245,16 @@ class GuidellmReader:
         )
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
+        plan = _plan(ctx) if ctx.path.stat().st_size >= STREAM_MIN_BYTES else None
+        if plan is None:
+            yield from self._read_whole(ctx)
+            return
+        try:
+            yield from self._read_streamed(ctx, plan)
+        finally:
+            plan.src.close()
+
+    def _read_whole(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
         doc = c.load_json(ctx)
         benches = doc.get("benchmarks") if isinstance(doc, dict) else None
         if not isinstance(benches, list):
@@ -86,6 +274,55 @@ class GuidellmReader:
             offset += out[1]
             yield out[0]
 
+    def _read_streamed(self, ctx: ReadContext, plan: _Plan) -> Iterator[ReaderOutput]:
+        """Like _read_whole, request arrays streamed: per benchmark its run and summaries,
+        then its requests a batch of elements at a time (``_line`` numbered as before)."""
+        doc = plan.doc
+        benches = doc["benchmarks"]
+        ids = run_ids(ctx, len(benches))
+        offset = 0
+        for j, (bench, run_id) in enumerate(zip(benches, ids, strict=True)):
+            if not isinstance(bench, dict):
+                yield ReaderOutput(
+                    quarantine=c.quarantine_frame(
+                        [0], ["benchmark entry is not an object"], [bench]
+                    )
+                )
+                continue
+            model = _model(bench, doc)
+            runs, summaries = self._run_frames(ctx, bench, run_id, model)
+            yield ReaderOutput(runs=runs, run_summaries=summaries)
+            reqs = bench.get("requests") if isinstance(bench.get("requests"), dict) else {}
+            count = 0
+            for key, status in STATUS.items():
+                items = reqs.get(key)
+                if (j, key) in plan.arrays:
+                    arr, schema = plan.arrays[(j, key)]
+                    for first, chunk, is_obj in arr.batches(max_rows=ctx.batch_rows):
+                        df = _batch_frame(ctx, chunk, is_obj, schema)
+                        del chunk
+                        start = offset + count + first + 1
+                        df = df.with_columns(
+                            pl.lit(status).alias("_status"),
+                            pl.int_range(start, start + df.height, eager=True)
+                            .cast(pl.Int64, strict=False)
+                            .alias("_line"),
+                        )
+                        requests, quarantine = self._requests(df, run_id, model)
+                        if quarantine is not None:
+                            quarantine = _redump_raw(quarantine, df)
+                        yield ReaderOutput(requests=requests, quarantine=quarantine)
+                    count += len(arr)
+                elif isinstance(items, list) and items:  # a list the scan did not stream
+                    df = c.records_frame(items).with_columns(
+                        pl.lit(status).alias("_status"),
+                        (pl.col("_line") + offset + count).alias("_line"),
+                    )
+                    count += len(items)
+                    requests, quarantine = self._requests(df, run_id, model)
+                    yield ReaderOutput(requests=requests, quarantine=quarantine)
+            offset += count
+
     def _bench(
         self, ctx: ReadContext, bench: dict, run_id: str, offset: int, doc: dict
     ) -> tuple[ReaderOutput, int]:
@@ -102,16 +339,23 @@ class GuidellmReader:
             )
             count += len(items)
             frames.append(df)
-        model = (
-            _get(bench, "worker", "backend_model")
-            or _get(bench, "config", "backend", "model")  # 0.8: benchmarks[].config.backend
-            or _get(doc, "config", "spec", "backend", "model")
-            or _get(doc, "config", "backend_kwargs", "model")
-        )
+        model = _model(bench, doc)
         requests = quarantine = None
         if frames:
             df = pl.concat(frames, how="diagonal_relaxed")
             requests, quarantine = self._requests(df, run_id, model)
+        runs, summaries = self._run_frames(ctx, bench, run_id, model)
+        return (
+            ReaderOutput(
+                requests=requests, quarantine=quarantine, runs=runs, run_summaries=summaries
+            ),
+            count,
+        )
+
+    def _run_frames(
+        self, ctx: ReadContext, bench: dict, run_id: str, model: object
+    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The benchmark's ``runs`` row and its ``run_summaries`` (no request needed)."""
         metrics: dict[str, object] = {}
         for mname, dist in (bench.get("metrics") or {}).items():
             if not isinstance(dist, dict):
@@ -150,13 +394,8 @@ class GuidellmReader:
             "metadata": meta,
         }
         return (
-            ReaderOutput(
-                requests=requests,
-                quarantine=quarantine,
-                runs=c.runs_frame(self.name, ctx, [run]),
-                run_summaries=c.summaries_frame(self.name, ctx, run_id, metrics),
-            ),
-            count,
+            c.runs_frame(self.name, ctx, [run]),
+            c.summaries_frame(self.name, ctx, run_id, metrics),
         )
 
     def _requests(
