@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from pipeline.files.sources import read_head
 from pipeline.readers import registry
@@ -413,6 +414,74 @@ def test_aiperf_inline(tmp_path: Path) -> None:
     # The warmup record is AIPerf's own exclusion: counted apart, not bad data.
     warm = [b.excluded for b in registry.by_name("aiperf").read(ReadContext(p, "run"))]
     assert [w["line"].to_list() for w in warm if w is not None] == [[2]]
+
+
+def test_aiperf_typed_decode_matches_field_path(tmp_path: Path, monkeypatch) -> None:
+    """The one-parse typed decode of ``metrics`` and the field-by-field path give equal tables."""
+    from pipeline.readers import aiperf
+
+    shared = REPO.parent / "shared" / "real_traces"
+    files = [
+        shared / "aiperf" / "profile_export.jsonl",
+        shared / "aiperf_0.13" / "profile_export.jsonl",
+    ]
+    files = [f for f in files if f.exists()]
+    if not files:
+        pytest.skip("../shared/real_traces absent")
+    for f in files:
+        fast = read_with("aiperf", f)
+        monkeypatch.setattr(aiperf, "_ODD", r".")  # every batch takes the field path
+        slow = read_with("aiperf", f)
+        monkeypatch.undo()
+        assert fast["requests"].height in (47, 100)
+        # JSON-path lookups re-print a number with fewer digits (464.66410099999996 comes back
+        # as 464.664101): the paths agree to that rounding, and the typed one reads the file.
+        assert_frame_equal(fast["requests"], slow["requests"], check_exact=False, rtol=1e-12)
+        first = {}
+        for t in f.read_text().splitlines():
+            o = json.loads(t)
+            m = o.get("metrics", {})
+            v = m.get("ttft", m.get("time_to_first_token", {})).get("value")
+            first[o["metadata"].get("x_request_id")] = v
+        r = fast["requests"].filter(pl.col("token_times").is_not_null())
+        assert r.height > 30
+        for rid, tt in zip(r["request_id"], r["token_times"], strict=True):
+            assert tt[0] == first[rid] * 1e-3
+
+
+def test_aiperf_odd_values_take_the_field_path(tmp_path: Path) -> None:
+    """true and null items are quarantined with a reason, not read as 1, 0 or a gap; a number
+    written as text ("100") is read as before."""
+
+    def line(i: int, ttft: object, gaps: object) -> str:
+        return json.dumps({
+            "metadata": {"x_request_id": f"r{i}", "timestamp_ns": 1759522419154829652 + i},
+            "metrics": {
+                "ttft": {"value": ttft, "unit": "ms"},
+                "request_latency": {"value": 160.0, "unit": "ms"},
+                "inter_chunk_latency": {"value": gaps, "unit": "ms"},
+                "input_sequence_length": {"value": 10, "unit": "tokens"},
+                "output_sequence_length": {"value": 3, "unit": "tokens"},
+            },
+        })  # fmt: skip
+
+    good = line(1, 100.0, [20.0, 40.0])
+    for odd, reason in [
+        (line(2, True, [20.0, 40.0]), "ttft"),
+        (line(2, 100.0, [20.0, None]), "inter_chunk_latency"),
+        (line(2, 100.0, "20,40"), "inter_chunk_latency"),
+    ]:
+        p = tmp_path / "profile_export.jsonl"
+        p.write_text(good + "\n" + odd + "\n")
+        f = read_with("aiperf", p)
+        assert f["requests"]["request_id"].to_list() == ["r1"]
+        assert f["requests"]["token_times"][0].to_list() == pytest.approx([0.1, 0.12, 0.16])
+        assert f["quarantine"]["line"].to_list() == [2]
+        assert f["quarantine"]["reason"][0].startswith(reason)
+    p.write_text(good + "\n" + line(2, "100", [20.0, 40.0]) + "\n")
+    f = read_with("aiperf", p)
+    assert f["requests"]["request_id"].to_list() == ["r1", "r2"]
+    assert f["requests"]["token_times"][1].to_list() == pytest.approx([0.1, 0.12, 0.16])
 
 
 # ---------------------------------------------------------------- arrivals

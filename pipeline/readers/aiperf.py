@@ -23,22 +23,62 @@ from pipeline.readers.base import Capabilities, ReadContext, ReaderOutput
 PRIORITY = 30
 
 
-def _metric(name: str) -> pl.Expr:
-    return c.jpath("metrics", f"$.{name}.value")
+# Every metric the reader uses. A batch decodes ``metrics`` once into this struct (one JSON
+# parse per line); JSON-path lookups parse the text again per field, ~20 times per line.
+SCALARS = (
+    "ttft",
+    "time_to_first_token",
+    "request_latency",
+    "input_sequence_length",
+    "error_isl",
+    "output_sequence_length",
+    "min_request_timestamp",
+)
+ICL = "inter_chunk_latency"
+_PAIR = {"value": pl.Float64, "unit": pl.Utf8}
+METRICS_DTYPE = pl.Struct(
+    {
+        **{n: pl.Struct(_PAIR) for n in SCALARS},
+        ICL: pl.Struct({**_PAIR, "value": pl.List(pl.Float64)}),
+    }
+)
+# Polars' typed decode reads true/false as 1/0 and null list items as nulls, where the
+# field-by-field path quarantines them; such a batch (and one the decode rejects) takes that path.
+_ODD = r'\b(?:true|false|null)\b|"value"\s*:\s*"'
 
 
-def _first_metric(names: tuple[str, ...], default_unit: str) -> pl.Expr:
-    """The first of ``names`` present, in seconds (AIPerf renamed metrics between releases)."""
-    return pl.coalesce([c.num(_metric(n)) * _unit_scale(n, default_unit) for n in names])
+def _decoded(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` plus ``v:<name>`` (Float64; List(Float64) for the gaps) and ``u:<name>`` columns."""
+    m = pl.col("metrics")
+    if not df["metrics"].str.contains(_ODD).any():
+        try:
+            d = df.select(m.str.json_decode(METRICS_DTYPE).alias("d"))["d"]
+            cols = [d.struct.field(n).struct.field(k).alias(f"{k[0]}:{n}")
+                    for n in (*SCALARS, ICL) for k in ("value", "unit")]  # fmt: skip
+            return df.with_columns(cols)
+        except pl.exceptions.PolarsError:
+            pass  # a value of another type: read field by field below
+    path = {n: c.jpath("metrics", f"$.{n}.value") for n in (*SCALARS, ICL)}
+    return df.with_columns(
+        *(c.num(path[n]).alias(f"v:{n}") for n in SCALARS),
+        c.num_list(path[ICL]).alias(f"v:{ICL}"),
+        pl.when(path[ICL].is_not_null()).then(pl.lit("?")).alias("icl_given"),
+        *(c.jpath("metrics", f"$.{n}.unit").alias(f"u:{n}") for n in (*SCALARS, ICL)),
+    )
 
 
 def _unit_scale(name: str, default: str) -> pl.Expr:
     """Seconds per unit of ``metrics.<name>.unit`` (the unit AIPerf wrote; default if absent)."""
-    unit = c.jpath("metrics", f"$.{name}.unit").fill_null(default)
+    unit = pl.col(f"u:{name}").fill_null(default)
     expr = pl.lit(None, pl.Float64)
     for u, s in c.UNIT_SECONDS.items():
         expr = pl.when(unit == u).then(pl.lit(s)).otherwise(expr)
     return expr
+
+
+def _seconds(names: tuple[str, ...], default_unit: str) -> pl.Expr:
+    """The first of ``names`` present, in seconds (AIPerf renamed metrics between releases)."""
+    return pl.coalesce([pl.col(f"v:{n}") * _unit_scale(n, default_unit) for n in names])
 
 
 class AiperfReader:
@@ -80,8 +120,13 @@ class AiperfReader:
         has_err = (err_text != "null") & (err_text.str.strip_chars() != "")
         err_code = c.num(c.jpath("error", "$.code"))
         err_type = c.jpath("error", "$.type")
-        lat_scale = _unit_scale("request_latency", "ms")
-        icl_scale = _unit_scale("inter_chunk_latency", "ms")
+        icl_scale = _unit_scale(ICL, "ms")
+        df = _decoded(df)
+        # The gaps were given (as anything): the typed decode fails on a non-list, so there a
+        # present value is a list; the field path marks it before checking it is one.
+        icl_given = pl.col(f"v:{ICL}").is_not_null()
+        if "icl_given" in df.columns:
+            icl_given = pl.col("icl_given").is_not_null()
         x = df.with_columns(
             c.jpath("metadata", "$.x_request_id").alias("rid"),
             pl.coalesce(
@@ -93,17 +138,15 @@ class AiperfReader:
                     c.jpath("metadata", f"$.{k}").str.strip_chars().cast(pl.Int64, strict=False)
                     for k in ("timestamp_ns", "request_start_ns")
                 ),
-                c.num(_metric("min_request_timestamp")).cast(pl.Int64, strict=False),
+                pl.col("v:min_request_timestamp").cast(pl.Int64, strict=False),
             ).alias("t0_ns"),
-            _first_metric(("ttft", "time_to_first_token"), "ms").alias("ttft"),
-            (c.num(_metric("request_latency")) * lat_scale).alias("lat"),
-            c.num_list(_metric("inter_chunk_latency")).alias("icl_raw"),
+            _seconds(("ttft", "time_to_first_token"), "ms").alias("ttft"),
+            _seconds(("request_latency",), "ms").alias("lat"),
+            pl.col(f"v:{ICL}").alias("icl_raw"),
             icl_scale.alias("icl_scale"),
-            _metric("inter_chunk_latency").alias("icl_text"),
-            pl.coalesce(c.num(_metric("input_sequence_length")), c.num(_metric("error_isl"))).alias(
-                "isl"
-            ),
-            c.num(_metric("output_sequence_length")).alias("osl"),
+            icl_given.alias("icl_given"),
+            pl.coalesce("v:input_sequence_length", "v:error_isl").alias("isl"),
+            pl.col("v:output_sequence_length").alias("osl"),
             has_err.alias("is_err"),
             pl.when(has_err & ((err_code == 499) | err_type.str.contains("(?i)cancel")))
             .then(pl.lit("cancelled"))
@@ -150,7 +193,7 @@ class AiperfReader:
                 "request_latency missing, not a number, or unknown unit",
             ),
             (
-                ok & pl.col("icl_text").is_not_null() & pl.col("icl_raw").is_null(),
+                ok & pl.col("icl_given") & pl.col("icl_raw").is_null(),
                 "inter_chunk_latency is not a list of numbers",
             ),
         ]
