@@ -271,6 +271,27 @@ def test_otlp_llm_spans(tmp_path: Path) -> None:
     assert read_with("otlp_llm_spans", p2)["requests"].height == 2
 
 
+def test_otlp_lines_streamed_in_batches(tmp_path: Path) -> None:
+    """One payload per line is read in line batches: same rows at any batch size, a bad line
+    quarantined with its number and the lines after it still read."""
+    lines = [json.dumps(otlp([span(2 * k), span(2 * k + 1)])) for k in range(5)]
+    lines.insert(2, '{"resourceSpans": [')
+    p = tmp_path / "spans.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    reader = registry.by_name("otlp_llm_spans")
+    outs = {}
+    for rows in (1, 3, 200_000):
+        got = list(reader.read(ReadContext(path=p, default_run_id="run", batch_rows=rows)))
+        req = pl.concat([b.requests for b in got if b.requests is not None])
+        q = pl.concat([b.quarantine for b in got if b.quarantine is not None])
+        outs[rows] = req
+        assert req["request_id"].to_list() == [f"cmpl-{i}" for i in range(10)]
+        assert req["source_line"].to_list() == list(range(1, 11))  # span index in the file
+        assert q["line"].to_list() == [3]
+        assert q["reason"][0].startswith("invalid or truncated JSON")
+    assert outs[1].equals(outs[200_000]) and outs[3].equals(outs[200_000])
+
+
 def test_vllm_request_stats_clocks(tmp_path: Path) -> None:
     rows = [
         # V1 with first_token_latency: anchored at the first token

@@ -42,6 +42,10 @@ UNIT_SECONDS: dict[str, float] = {
     "ns": 1e-9,
 }
 RAW_LIMIT = 64 * 1024
+# A line batch ends at batch_rows lines or this much text, whichever comes first: a reader's
+# frames hold several copies of the batch (text, parsed fields, per-token lists), so rows alone
+# do not bound memory when lines are long (AIPerf: ~1.7 kB a line, 200k lines was 6.4 GiB).
+LINE_BATCH_BYTES = 64 * 2**20
 MAX_COUNT = 2.0**53  # token counts above this are not counts (and overflow Int64 casts)
 NUMBER_LIST_RE = r"^\s*\[\s*(-?[0-9][0-9.eE+-]*\s*(,\s*-?[0-9][0-9.eE+-]*\s*)*)?\]\s*$"
 INT_LIST_RE = r"^\s*\[\s*(-?[0-9]+\s*(,\s*-?[0-9]+\s*)*)?\]\s*$"
@@ -288,6 +292,7 @@ def iter_line_batches(
     buf_lines: list[pl.Series] = []
     buf_nums: list[pl.Series] = []
     count = 0
+    size = 0
 
     def emit(chunk: bytes, first: int) -> tuple[pl.Series, pl.Series]:
         parts = chunk.decode("utf-8", errors="replace").split("\n")
@@ -316,9 +321,10 @@ def iter_line_batches(
         buf_nums.append(nums)
         buf_lines.append(texts)
         count += texts.len()
-        if count >= target:
+        size += len(chunk)
+        if count >= target or size >= LINE_BATCH_BYTES:
             yield pl.concat(buf_nums), pl.concat(buf_lines)
-            buf_nums, buf_lines, count = [], [], 0
+            buf_nums, buf_lines, count, size = [], [], 0, 0
     if pending:
         nums, texts = emit(pending, line_no)
         if not header_done and texts.len():
@@ -333,6 +339,14 @@ def iter_line_batches(
 
 def _strict_constant(name: str) -> float:
     raise ValueError(f"non-standard JSON constant {name}")
+
+
+def rows_per_batch(ctx: ReadContext) -> int:
+    """``ctx.batch_rows``, fewer where lines are long: about LINE_BATCH_BYTES of text a batch
+    (line length estimated from the first block of the file)."""
+    head = next(iter_blocks(ctx.path), b"")
+    lines = max(1, head.count(b"\n"))
+    return max(1, min(ctx.batch_rows, LINE_BATCH_BYTES * lines // max(1, len(head))))
 
 
 def parse_ndjson(

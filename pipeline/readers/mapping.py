@@ -244,18 +244,18 @@ class MappingReader:
         }
         try:
             if compression(ctx.path) is None:
-                # Polars' streaming engine reads the file in morsels; batches of batch_rows keep
-                # the peak near one batch whatever the file's size.
+                # Polars' streaming engine reads the file in morsels; batches of batch_rows (fewer
+                # for long rows) keep the peak near one batch whatever the file's size.
                 lf = pl.scan_csv(ctx.path, **opts).with_row_index("_line", offset=2)
                 empty = lf.head(0)
                 batches: Iterator[pl.DataFrame] = iter(
-                    lf.collect_batches(chunk_size=max(1, ctx.batch_rows))
+                    lf.collect_batches(chunk_size=c.rows_per_batch(ctx))
                 )
             else:
                 whole = pl.read_csv(io.BytesIO(c.read_all(ctx)), **opts)
                 whole = whole.with_row_index("_line", offset=2)
                 empty = whole.head(0).lazy()
-                batches = iter(whole.iter_slices(max(1, ctx.batch_rows)))
+                batches = iter(whole.iter_slices(c.rows_per_batch(ctx)))
             rows = 0
             for df in batches:
                 rows += df.height

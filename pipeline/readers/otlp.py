@@ -17,8 +17,10 @@ row that says why nothing was ingested.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,21 +66,50 @@ class OtlpReader:
         )
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
-        text = c.decode_text(c.read_all(ctx))
+        seen = _Seen()
+        if _one_payload_per_line(ctx):
+            # The Collector's file exporter: read line batches, so memory stays bounded.
+            for nums, texts in c.iter_line_batches(ctx):
+                docs = (_parse_line(n, t) for n, t in zip(nums, texts, strict=True))
+                yield from self._batch(ctx, docs, seen)
+        else:  # one (pretty-printed) payload: it is a single JSON value, read whole
+            docs = c.iter_json_documents(c.decode_text(c.read_all(ctx)))
+            yield from self._batch(ctx, docs, seen)
+        if seen.docs == 0:
+            raise InputError("file is empty")
+        if not seen.spans:
+            kinds = " and ".join(sorted(seen.other)) or "no"
+            reason = (
+                f"OTLP payload with {kinds} data and no spans: OTLP metrics and logs are "
+                "aggregates, not per-request records; nothing ingested"
+            )
+        elif not seen.llm:
+            names = sorted(seen.names)[:5]
+            reason = (
+                f"OTLP trace with {seen.spans} span(s) ({', '.join(map(repr, names))}) but "
+                "none is an LLM request span (name 'llm_request' or gen_ai.usage/latency "
+                "attributes): nothing ingested"
+            )
+        else:
+            return
+        yield ReaderOutput(quarantine=c.quarantine_frame([0], [reason], [None]))
+
+    def _batch(
+        self, ctx: ReadContext, docs: Iterable[tuple[int, Any, str | None]], seen: _Seen
+    ) -> Iterator[ReaderOutput]:
+        """Requests of the LLM spans in ``docs``, in frames of about ``ctx.batch_rows`` spans."""
         spans: list[Any] = []
         resource_of: list[str | None] = []
-        other: list[str] = []
         bad: list[tuple[int, str, Any]] = []
-        n_docs = 0
-        for line, doc, err in c.iter_json_documents(text):  # one per payload
-            n_docs += 1
+        for line, doc, err in docs:  # one per payload (a batch of spans), not per span
+            seen.docs += 1
             if err is not None or not isinstance(doc, dict):
                 bad.append((line, err or "payload is not a JSON object", doc))
                 continue
             if "resourceMetrics" in doc:
-                other.append("metrics")
+                seen.other.add("metrics")
             if "resourceLogs" in doc:
-                other.append("logs")
+                seen.other.add("logs")
             for rs in doc.get("resourceSpans") or []:  # per resource and scope, not per span
                 if not isinstance(rs, dict):
                     continue
@@ -90,26 +121,29 @@ class OtlpReader:
                     if isinstance(ss, dict) and isinstance(ss.get("spans"), list):
                         spans.extend(ss["spans"])
                         resource_of.extend([service] * len(ss["spans"]))
-        if n_docs == 0:
-            raise InputError("file is empty")
-        q_frames = []
-        if bad:
-            q_frames.append(c.quarantine_frame(*zip(*bad, strict=True)))
+            if len(spans) >= ctx.batch_rows:
+                yield from self._spans(ctx, spans, resource_of, bad, seen)
+                spans, resource_of, bad = [], [], []
+        if spans or bad:
+            yield from self._spans(ctx, spans, resource_of, bad, seen)
+
+    def _spans(
+        self,
+        ctx: ReadContext,
+        spans: list[Any],
+        resource_of: list[str | None],
+        bad: list[tuple[int, str, Any]],
+        seen: _Seen,
+    ) -> Iterator[ReaderOutput]:
+        q_frames = [c.quarantine_frame(*zip(*bad, strict=True))] if bad else []
         if not spans:
-            kinds = " and ".join(sorted(set(other))) or "no"
-            q_frames.append(
-                c.quarantine_frame(
-                    [0],
-                    [
-                        f"OTLP payload with {kinds} data and no spans: OTLP metrics and logs are "
-                        "aggregates, not per-request records; nothing ingested"
-                    ],
-                    [None],
-                )
-            )
             yield ReaderOutput(quarantine=pl.concat(q_frames))
             return
-        df = c.records_frame(spans).with_columns(pl.Series("service", resource_of, pl.Utf8))
+        df = c.records_frame(spans).with_columns(
+            pl.Series("service", resource_of, pl.Utf8),
+            pl.col("_line") + seen.spans,  # the span's index in the file, across batches
+        )
+        seen.spans += len(spans)
         for col in ("name", "spanId", "startTimeUnixNano", "endTimeUnixNano", "attributes"):
             if col not in df.columns:
                 df = df.with_columns(pl.lit(None, pl.Utf8).alias(col))
@@ -117,20 +151,12 @@ class OtlpReader:
             ""
         ).str.contains(r'"key": "gen_ai\.(usage|latency)\.')
         llm = df.filter(is_llm)
+        seen.llm += llm.height
+        if len(seen.names) < 5:
+            seen.names.update(df["name"].drop_nulls().unique().to_list())
         if llm.height == 0:
-            names = sorted(set(df["name"].drop_nulls().to_list()))[:5]
-            q_frames.append(
-                c.quarantine_frame(
-                    [0],
-                    [
-                        f"OTLP trace with {df.height} span(s) ({', '.join(map(repr, names))}) but "
-                        "none is an LLM request span (name 'llm_request' or gen_ai.usage/latency "
-                        "attributes): nothing ingested"
-                    ],
-                    [None],
-                )
-            )
-            yield ReaderOutput(quarantine=pl.concat(q_frames))
+            if q_frames:
+                yield ReaderOutput(quarantine=pl.concat(q_frames))
             return
         yield self._requests(ctx, llm, q_frames)
 
@@ -207,6 +233,37 @@ class OtlpReader:
         return ReaderOutput(
             requests=c.requests_frame(out), quarantine=pl.concat(q_frames) if q_frames else None
         )
+
+
+@dataclass
+class _Seen:
+    """What the batches read so far held (for the file-level "nothing ingested" messages)."""
+
+    docs: int = 0
+    spans: int = 0
+    llm: int = 0
+    other: set[str] = field(default_factory=set)
+    names: set[str] = field(default_factory=set)
+
+
+def _one_payload_per_line(ctx: ReadContext) -> bool:
+    """True unless the first line is not a whole JSON value (a pretty-printed payload)."""
+    head = next(c.iter_blocks(ctx.path), b"")
+    text = c.head_text(head)
+    if "\n" not in text:
+        return True  # one line (or a first line longer than a block): read it as a line
+    try:
+        json.loads(text.split("\n", 1)[0])
+    except ValueError:
+        return False
+    return True
+
+
+def _parse_line(line: int, text: str) -> tuple[int, Any, str | None]:
+    try:
+        return line, json.loads(text), None
+    except (ValueError, RecursionError) as exc:
+        return line, text[: c.RAW_LIMIT], f"invalid or truncated JSON: {exc}"
 
 
 READER = OtlpReader()
