@@ -290,6 +290,8 @@ def test_otlp_lines_streamed_in_batches(tmp_path: Path) -> None:
         assert q["line"].to_list() == [3]
         assert q["reason"][0].startswith("invalid or truncated JSON")
     assert outs[1].equals(outs[200_000]) and outs[3].equals(outs[200_000])
+    p.write_text("\ufeff" + "\n".join(lines) + "\n", encoding="utf-8")  # with a BOM
+    assert read_with("otlp_llm_spans", p)["requests"].equals(outs[200_000])
 
 
 def test_vllm_request_stats_clocks(tmp_path: Path) -> None:
