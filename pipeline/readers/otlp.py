@@ -260,8 +260,8 @@ def _one_payload_per_line(ctx: ReadContext) -> bool:
 
 
 def _parse_line(line: int, text: str) -> tuple[int, Any, str | None]:
-    try:  # a byte-order mark before the first payload, as the whole-file path accepts
-        return line, json.loads(text.lstrip("\ufeff") if line == 1 else text), None
+    try:
+        return line, json.loads(text), None
     except (ValueError, RecursionError) as exc:
         return line, text[: c.RAW_LIMIT], f"invalid or truncated JSON: {exc}"
 
