@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from pipeline import catalog
 from pipeline.physics import StepCost
 from pipeline.sim import EngineConfig, simulate
+from pipeline.sim.engine import _Engine
 
 MODEL = catalog.model("llama-3.1-8b")
 GPU = catalog.gpu("H100-SXM")
@@ -220,7 +221,9 @@ def test_closed_form_runs_take_few_iterations() -> None:
     arr = np.cumsum(rng.exponential(0.5, n))
     prompt = rng.integers(100, 2000, n)
     out = rng.integers(50, 600, n)
-    res = simulate(arr, prompt, out, EngineConfig(kv_capacity_tokens=400_000), COST)
+    # The Python engine's closed form (cost models without a compiled path, e.g. layer profiles).
+    cfg, z = EngineConfig(kv_capacity_tokens=400_000), np.zeros(n, np.int64)
+    res = _Engine(arr, prompt.astype(np.int64), out.astype(np.int64), z, cfg, COST).run(True)
     assert res.steps > 50 * n  # mostly decode steps ...
     assert res.iterations < 4 * n  # ... advanced a run at a time, not a step at a time
 

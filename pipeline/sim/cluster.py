@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from pipeline.sim import compiled
 from pipeline.sim.config import EngineConfig
 from pipeline.sim.decode_run import step_ends
 from pipeline.sim.engine import CostModel, _Engine, _validate
@@ -436,10 +437,13 @@ def simulate_pool(
     if pool.static_batch is None:
         _validate(arrival[idx], prompt[idx], output[idx], cached[idx], pool.config)
     order = idx[np.argsort(arrival[idx], kind="stable")]
-    engines = [_engine(pool, fast, record_steps) for _ in range(pool.replicas)]
     replica = np.full(n, -1, dtype=np.int64)
     local = np.full(n, -1, dtype=np.int64)
-    if pool.routing == "round-robin" or pool.replicas == 1:
+    independent = pool.routing == "round-robin" or pool.replicas == 1
+    if fast and independent and pool.static_batch is None and compiled.eligible(pool.cost):
+        return _compiled_pool(arrival, prompt, output, cached, pool, order, record_steps)
+    engines = [_engine(pool, fast, record_steps) for _ in range(pool.replicas)]
+    if independent:
         for j, e in enumerate(engines):
             sub = order[j :: pool.replicas]
             local[sub], replica[sub] = np.arange(len(sub)), j
@@ -464,6 +468,37 @@ def simulate_pool(
         ids.append(np.asarray(e.ids, dtype=np.int64))
         if record_steps and e.log is not None:
             steps.append(e.log.arrays())
+    return _pool_result(n, replica, local, servers, ids, steps)
+
+
+def _compiled_pool(
+    arrival: NDArray, prompt: NDArray, output: NDArray, cached: NDArray, pool: Pool,
+    order: NDArray, record_steps: bool,
+) -> PoolResult:  # fmt: skip
+    """Round-robin servers are independent: each runs the compiled step loop on its share."""
+    n = len(arrival)
+    replica = np.full(n, -1, dtype=np.int64)
+    local = np.full(n, -1, dtype=np.int64)
+    servers, ids, steps = [], [], []
+    for j in range(pool.replicas):
+        sub = order[j :: pool.replicas]
+        local[sub], replica[sub] = np.arange(len(sub)), j
+        c = np.minimum(cached[sub], np.maximum(prompt[sub] - 1, 0))
+        res, log = compiled.run(
+            arrival[sub], np.arange(len(sub)), prompt[sub], output[sub], c, pool.config,
+            pool.cost, record=record_steps,
+        )  # fmt: skip
+        servers.append(res)
+        ids.append(sub.astype(np.int64))
+        if log is not None:
+            steps.append(log)
+    return _pool_result(n, replica, local, servers, ids, steps)
+
+
+def _pool_result(
+    n: int, replica: NDArray, local: NDArray, servers: list[SimResult], ids: list[NDArray],
+    steps: list[dict[str, NDArray]],
+) -> PoolResult:  # fmt: skip
     sched, first, fin = np.full(n, NAN), np.full(n, NAN), np.full(n, NAN)
     pre = np.zeros(n, dtype=np.int64)
     for r, g in zip(servers, ids, strict=True):

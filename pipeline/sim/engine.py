@@ -21,6 +21,9 @@ form (:mod:`pipeline.sim.decode_run`), so the Python loop runs a few times per r
 per step. Per-request context is kept implicitly: a decoder that joined at decode step g with
 context c has context c + (G - g) at decode step G, so the batch's sum of contexts and the count
 of decoders about to cross a KV-block boundary are O(1) aggregates.
+
+Where the cost model is a (per-phase) StepCost, ``simulate`` runs the same policy compiled
+(:mod:`pipeline.sim.compiled`), one step at a time; it matches ``fast=False`` bit for bit.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from pipeline.physics import DecodeLines
+from pipeline.sim import compiled
 from pipeline.sim.config import EngineConfig
 from pipeline.sim.decode_run import run_ends
 from pipeline.sim.result import F64, I64, SimResult
@@ -60,7 +64,11 @@ def simulate(
     *,
     fast: bool = True,
 ) -> SimResult:
-    """Simulate one server over all requests; ``fast=False`` turns off the closed-form runs."""
+    """Simulate one server over all requests.
+
+    ``fast``: the compiled step loop (:mod:`pipeline.sim.compiled`) where the cost model has one,
+    else the Python engine with closed-form decode runs; ``fast=False`` is the Python engine one
+    step at a time (the reference both fast paths are tested against)."""
     arr = np.asarray(arrival, dtype=np.float64)
     prompt = np.asarray(prompt_tokens, dtype=np.int64)
     out = np.asarray(output_tokens, dtype=np.int64)
@@ -69,6 +77,9 @@ def simulate(
     _validate(arr, prompt, out, cached, config)
     # A prompt is never fully served from cache: the last token is recomputed for its logits.
     cached = np.minimum(cached, np.maximum(prompt - 1, 0))
+    if fast and compiled.eligible(cost):
+        order = np.argsort(arr, kind="stable")
+        return compiled.run(arr, order, prompt, out, cached, config, cost)[0]
     return _Engine(arr, prompt, out, cached, config, cost).run(fast)
 
 

@@ -1,0 +1,456 @@
+"""numba kernel of :mod:`pipeline.sim.compiled` (imported lazily: compiling costs seconds once,
+then numba's cache in ``__pycache__`` makes later imports cheap).
+
+Every float operation is written in the order of the Python engine (``_Engine._step`` and
+``StepCost.time_of``), with no fastmath, so the results are the same bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from pipeline.sim.compiled import (
+    C_BS,
+    C_BUDGET,
+    C_CAP,
+    C_CHUNKED,
+    C_PF_EFF,
+    C_PF_RAW,
+    C_PHASE,
+    C_SEQS,
+    C_TOTAL,
+    C_WM,
+    CACHED,
+    CJ,
+    DONE,
+    EMIT,
+    GJ,
+    HN,
+    IN_DEC,
+    IN_PRE,
+    IN_RUN,
+    N_ROWS,
+    N_SCALARS,
+    NPRE,
+    OUT,
+    P_EFF,
+    PNX,
+    PPV,
+    PREC,
+    PREH,
+    PRET,
+    PROMPT,
+    RNX,
+    RPV,
+    RUNC,
+    RUNH,
+    RUNT,
+    SEG,
+    STALLED,
+    USED,
+    WC,
+    WH,
+    A,
+    B,
+)
+
+
+@njit(cache=True, inline="always")
+def _blocks(tokens, bs):  # type: ignore[no-untyped-def]
+    return (tokens + bs - 1) // bs
+
+
+@njit(cache=True, inline="always")
+def _pmod(x, m):  # type: ignore[no-untyped-def]
+    r = x % m
+    return r + m if r < 0 else r
+
+
+@njit(cache=True)
+def _ll_append(R, nx, pv, st, c, h, tl, r):  # type: ignore[no-untyped-def]
+    R[nx, r] = -1
+    R[pv, r] = st[tl]
+    if st[c] == 0:
+        st[h] = r
+    else:
+        R[nx, st[tl]] = r
+    st[tl] = r
+    st[c] += 1
+
+
+@njit(cache=True)
+def _ll_remove(R, nx, pv, st, c, h, tl, r):  # type: ignore[no-untyped-def]
+    p, q = R[pv, r], R[nx, r]
+    if p == -1:
+        st[h] = q
+    else:
+        R[nx, p] = q
+    if q == -1:
+        st[tl] = p
+    else:
+        R[pv, q] = p
+    st[c] -= 1
+
+
+@njit(cache=True)
+def _heap_push(hp, st, k, s, r):  # type: ignore[no-untyped-def]
+    i = st[HN]
+    st[HN] = i + 1
+    while i > 0:
+        p = (i - 1) // 2
+        if hp[0, p] < k or (hp[0, p] == k and hp[1, p] <= s):
+            break
+        hp[0, i], hp[1, i], hp[2, i] = hp[0, p], hp[1, p], hp[2, p]
+        i = p
+    hp[0, i], hp[1, i], hp[2, i] = k, s, r
+
+
+@njit(cache=True)
+def _heap_pop(hp, st):  # type: ignore[no-untyped-def]
+    n = st[HN] - 1
+    st[HN] = n
+    k, s, r = hp[0, n], hp[1, n], hp[2, n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and (
+            hp[0, c + 1] < hp[0, c] or (hp[0, c + 1] == hp[0, c] and hp[1, c + 1] < hp[1, c])
+        ):
+            c += 1
+        if k < hp[0, c] or (k == hp[0, c] and s <= hp[1, c]):
+            break
+        hp[0, i], hp[1, i], hp[2, i] = hp[0, c], hp[1, c], hp[2, c]
+        i = c
+    if n > 0:
+        hp[0, i], hp[1, i], hp[2, i] = k, s, r
+
+
+@njit(cache=True)
+def _leave(R, st, hist, s_cnt, G, bs, r):  # type: ignore[no-untyped-def]
+    """Remove decoder r from the aggregates; returns its context (tokens in KV)."""
+    key = R[CJ, r] - R[GJ, r]
+    R[IN_DEC, r] = 0
+    st[B] -= 1
+    st[A] -= key
+    hist[_pmod(key, bs)] -= 1
+    steps = G - R[GJ, r]
+    s_cnt[R[SEG, r]] = steps
+    R[EMIT, r] += steps
+    return R[CJ, r] + steps
+
+
+@njit(cache=True)
+def _preempt(R, st, hist, s_cnt, wq, n, G, bs, r):  # type: ignore[no-untyped-def]
+    """Drop running request r's KV and re-queue it at the front; returns it."""
+    _ll_remove(R, RNX, RPV, st, RUNC, RUNH, RUNT, r)
+    R[IN_RUN, r] = 0
+    if R[IN_DEC, r]:
+        kv = _leave(R, st, hist, s_cnt, G, bs, r)
+        R[SEG, r] = -1  # its heap entry is now stale
+    else:
+        kv = R[DONE, r]
+        _ll_remove(R, PNX, PPV, st, PREC, PREH, PRET, r)
+        R[IN_PRE, r] = 0
+    st[USED] -= _blocks(kv, bs)
+    R[P_EFF, r] = R[PROMPT, r] + R[EMIT, r]
+    R[DONE, r] = R[CACHED, r]
+    R[NPRE, r] += 1
+    h = st[WH] - 1
+    if h < 0:
+        h += n
+    st[WH] = h
+    wq[h] = r
+    st[WC] += 1
+    return r
+
+
+@njit(cache=True)
+def _head_admissible(R, st, wq, cf, free, budget):  # type: ignore[no-untyped-def]
+    if st[WC] == 0 or st[RUNC] >= cf[C_SEQS] or budget <= 0:
+        return False
+    r = wq[st[WH]]
+    todo = R[P_EFF, r] - R[DONE, r]
+    if cf[C_CHUNKED]:
+        todo = min(todo, budget, cf[C_CAP])
+    elif todo > budget:
+        return False
+    return _blocks(R[DONE, r] + todo, cf[C_BS]) <= free - cf[C_WM]
+
+
+@njit(cache=True)
+def _partial_fits(R, st, cf, budget):  # type: ignore[no-untyped-def]
+    if st[PREC] == 0:
+        return False
+    r = st[PREH]
+    bs = cf[C_BS]
+    todo = min(R[P_EFF, r] - R[DONE, r], budget, cf[C_CAP])
+    need = _blocks(R[DONE, r] + todo, bs) - _blocks(R[DONE, r], bs)
+    return need <= cf[C_TOTAL] - st[USED]
+
+
+@njit(cache=True)
+def _time_of(p, row, tokens, seqs, pairs, kv, score):  # type: ignore[no-untyped-def]
+    """StepCost.time_of with the constants of ``p[row]`` (same operations, same order)."""
+    ft = float(tokens)
+    compute = (p[row, 0] * ft + p[row, 1] * pairs) * p[row, 2]
+    w = p[row, 3] if p[row, 4] == 0.0 else p[row, 3] + p[row, 4] * (1.0 - p[row, 5] ** ft)
+    memory = (w + p[row, 6] * float(kv) + p[row, 7] * float(score)) * p[row, 8]
+    fixed = ((p[row, 9] + p[row, 10] * float(seqs)) + p[row, 11]) + p[row, 12] * ft
+    u = p[row, 13]
+    a = compute + u * memory
+    b = memory + u * compute
+    return (b if b > a else a) + fixed
+
+
+@njit(cache=True)
+def _grow2(x):  # type: ignore[no-untyped-def]
+    y = np.empty((x.shape[0], 2 * x.shape[1]), dtype=x.dtype)
+    y[:, : x.shape[1]] = x
+    return y
+
+
+@njit(cache=True)
+def _grow1(x):  # type: ignore[no-untyped-def]
+    y = np.empty(2 * x.shape[0], dtype=x.dtype)
+    y[: x.shape[0]] = x
+    return y
+
+
+@njit(cache=True)
+def _pack(err, sched, first, fin, R, n, dec_end, G, segi, segf, nseg, steps, busy, logf, logi,
+          nlog):  # type: ignore[no-untyped-def]  # fmt: skip
+    return (err, sched, first, fin, R[NPRE, :n].copy(), dec_end[:G].copy(),
+            segi[0, :nseg].copy(), segf[:nseg].copy(), segi[1, :nseg].copy(),
+            segi[2, :nseg].copy(), steps, busy, logf[:, :nlog].copy(),
+            logi[:, :nlog].copy())  # fmt: skip
+
+
+@njit(cache=True)
+def run(arr, order, prompt, out, cached, cf, p, record):  # type: ignore[no-untyped-def]
+    n = arr.shape[0]
+    bs, total, mbt, cap = cf[C_BS], cf[C_TOTAL], cf[C_BUDGET], cf[C_CAP]
+    chunked, pf_eff, pf_raw, phase = cf[C_CHUNKED], cf[C_PF_EFF], cf[C_PF_RAW], cf[C_PHASE]
+    R = np.zeros((N_ROWS, max(n, 1)), dtype=np.int64)
+    for r in range(n):
+        R[P_EFF, r] = prompt[r]
+        R[DONE, r] = cached[r]
+        R[SEG, r] = -1
+        R[PROMPT, r] = prompt[r]
+        R[OUT, r] = out[r]
+        R[CACHED, r] = cached[r]
+    st = np.zeros(N_SCALARS, dtype=np.int64)
+    for j in (RUNH, RUNT, PREH, PRET):
+        st[j] = -1
+    sched = np.full(n, np.nan)
+    first = np.full(n, np.nan)
+    fin = np.full(n, np.nan)
+    wq = np.empty(max(n, 1), dtype=np.int64)
+    hist = np.zeros(bs, dtype=np.int64)
+    width = min(n, cf[C_SEQS]) + 1
+    snap = np.empty(width, dtype=np.int64)
+    ch_r = np.empty(width, dtype=np.int64)
+    ch_todo = np.empty(width, dtype=np.int64)
+    ch_before = np.empty(width, dtype=np.int64)
+    segi = np.empty((3, n + 16), dtype=np.int64)  # request, first decode step, decode steps
+    segf = np.empty(n + 16)  # time of the segment's first token
+    hp = np.empty((3, n + 16), dtype=np.int64)  # heap: decode step it finishes at, seg, request
+    nseg = 0
+    dec_end = np.empty(4096)
+    logf = np.empty((2, 4096 if record else 1))  # step log: t_start, t_end
+    logi = np.empty((4, 4096 if record else 1), dtype=np.int64)  # seqs, prefill, decode, KV
+    nlog = 0
+    t, busy, G, steps, nxt = 0.0, 0.0, 0, 0, 0
+    while True:
+        while nxt < n and arr[order[nxt]] <= t:
+            st[WC] += 1
+            wq[(st[WH] + st[WC] - 1) % n] = order[nxt]
+            nxt += 1
+        if st[RUNC] == 0 and st[WC] == 0:
+            if nxt >= n:
+                break
+            t = arr[order[nxt]]
+            continue
+        if st[PREC] == 0 and st[WC] == 0 and st[B]:
+            # Decode-only steps: exactly what the general step below does when nothing waits and
+            # nothing is half-prefilled (no admission, no chunk, run_decodes is True), without
+            # its checks. Leaves before a step that must preempt, or when a request arrives.
+            row = 1 if phase else 0
+            short = False
+            while True:
+                claim = hist[_pmod(-G, bs)]
+                if claim > total - st[USED]:
+                    short = True  # the general step preempts
+                    break
+                st[USED] += claim
+                b = st[B]
+                sum_ctx = st[A] + b * G
+                dt = _time_of(p, row, b, b, float(sum_ctx), sum_ctx, 0)
+                t_end = t + dt
+                steps += 1
+                busy += dt
+                if record:
+                    if nlog == logf.shape[1]:
+                        logf = _grow2(logf)
+                        logi = _grow2(logi)
+                    logf[0, nlog], logf[1, nlog] = t, t_end
+                    logi[0, nlog], logi[1, nlog], logi[2, nlog], logi[3, nlog] = b, 0, b, st[USED]
+                    nlog += 1
+                if dec_end.shape[0] == G:
+                    dec_end = _grow1(dec_end)
+                dec_end[G] = t_end
+                G += 1
+                while st[HN] and hp[0, 0] <= G:
+                    seg, r = hp[1, 0], hp[2, 0]
+                    _heap_pop(hp, st)
+                    if R[SEG, r] != seg or not R[IN_DEC, r]:
+                        continue  # stale entry of a preempted segment
+                    kvt = _leave(R, st, hist, segi[2], G, bs, r)
+                    fin[r] = t_end
+                    st[USED] -= _blocks(kvt, bs)
+                    _ll_remove(R, RNX, RPV, st, RUNC, RUNH, RUNT, r)
+                    R[IN_RUN, r] = 0
+                t = t_end
+                if st[B] == 0 or (nxt < n and arr[order[nxt]] <= t):
+                    break
+            if not short:
+                continue  # queue the arrival first
+        # ---- one step (engine._step) ----
+        budget = mbt
+        run_decodes = True
+        if pf_eff and (
+            _partial_fits(R, st, cf, budget)
+            or _head_admissible(R, st, wq, cf, total - st[USED], budget)
+        ):
+            run_decodes = False
+        preempted = False
+        if run_decodes and st[B]:
+            while st[B] and hist[_pmod(-G, bs)] > total - st[USED]:
+                _preempt(R, st, hist, segi[2], wq, n, G, bs, st[RUNT])
+                preempted = True
+            if st[B]:
+                st[USED] += hist[_pmod(-G, bs)]
+        dec_count = st[B] if run_decodes else 0
+        budget -= dec_count
+        nch = 0
+        if run_decodes or pf_raw:
+            m = 0
+            x = st[PREH]
+            while x != -1:
+                snap[m] = x
+                m += 1
+                x = R[PNX, x]
+            for i in range(m):
+                if budget <= 0:
+                    break
+                r = snap[i]
+                if not R[IN_PRE, r]:
+                    continue
+                todo = min(R[P_EFF, r] - R[DONE, r], budget, cap)
+                need = _blocks(R[DONE, r] + todo, bs) - _blocks(R[DONE, r], bs)
+                while need > total - st[USED]:
+                    preempted = True
+                    if _preempt(R, st, hist, segi[2], wq, n, G, bs, st[PRET]) == r:
+                        break
+                if not R[IN_PRE, r]:
+                    continue
+                st[USED] += need
+                ch_r[nch], ch_todo[nch], ch_before[nch] = r, todo, R[DONE, r]
+                nch += 1
+                budget -= todo
+        if not preempted:
+            while _head_admissible(R, st, wq, cf, total - st[USED], budget):
+                r = wq[st[WH]]
+                st[WH] = (st[WH] + 1) % n
+                st[WC] -= 1
+                todo = R[P_EFF, r] - R[DONE, r]
+                if chunked:
+                    todo = min(todo, budget, cap)
+                st[USED] += _blocks(R[DONE, r] + todo, bs)  # cached prefix blocks too
+                _ll_append(R, RNX, RPV, st, RUNC, RUNH, RUNT, r)
+                R[IN_RUN, r] = 1
+                _ll_append(R, PNX, PPV, st, PREC, PREH, PRET, r)
+                R[IN_PRE, r] = 1
+                if np.isnan(sched[r]):
+                    sched[r] = t
+                ch_r[nch], ch_todo[nch], ch_before[nch] = r, todo, R[DONE, r]
+                nch += 1
+                budget -= todo
+        if dec_count == 0 and nch == 0:
+            return _pack(STALLED, sched, first, fin, R, n, dec_end, G, segi, segf, nseg, steps,
+                         busy, logf, logi, nlog)  # fmt: skip
+        sum_ctx = (st[A] + st[B] * G) if dec_count else 0
+        tokens, kv, score = dec_count, sum_ctx, 0
+        pairs = float(sum_ctx)
+        for i in range(nch):
+            todo, before = ch_todo[i], ch_before[i]
+            tokens += todo
+            pairs += todo * (before + todo / 2.0)
+            kv += before + todo
+            score += todo * todo
+        seqs = dec_count + nch
+        row = 0 if (phase == 0 or tokens > seqs) else 1
+        dt = _time_of(p, row, tokens, seqs, pairs, kv, score)
+        t_end = t + dt
+        steps += 1
+        busy += dt
+        if record:
+            if nlog == logf.shape[1]:
+                logf = _grow2(logf)
+                logi = _grow2(logi)
+            logf[0, nlog], logf[1, nlog] = t, t_end
+            logi[0, nlog], logi[1, nlog] = seqs, tokens - dec_count
+            logi[2, nlog], logi[3, nlog] = dec_count, st[USED]
+            nlog += 1
+        if dec_count:
+            if dec_end.shape[0] == G:
+                dec_end = _grow1(dec_end)
+            dec_end[G] = t_end
+            G += 1
+            while st[HN] and hp[0, 0] <= G:
+                seg, r = hp[1, 0], hp[2, 0]
+                _heap_pop(hp, st)
+                if R[SEG, r] != seg or not R[IN_DEC, r]:
+                    continue  # stale entry of a preempted segment
+                kvt = _leave(R, st, hist, segi[2], G, bs, r)
+                fin[r] = t_end
+                st[USED] -= _blocks(kvt, bs)
+                _ll_remove(R, RNX, RPV, st, RUNC, RUNH, RUNT, r)
+                R[IN_RUN, r] = 0
+        for i in range(nch):
+            r = ch_r[i]
+            R[DONE, r] += ch_todo[i]
+            if R[DONE, r] < R[P_EFF, r]:
+                continue
+            _ll_remove(R, PNX, PPV, st, PREC, PREH, PRET, r)
+            R[IN_PRE, r] = 0
+            if R[EMIT, r] < R[OUT, r]:
+                if np.isnan(first[r]):
+                    first[r] = t_end
+                R[EMIT, r] += 1
+                if nseg == segf.shape[0]:
+                    segi = _grow2(segi)
+                    segf = _grow1(segf)
+                    hp = _grow2(hp)
+                R[SEG, r] = nseg
+                segi[0, nseg], segi[1, nseg], segi[2, nseg] = r, G, 0
+                segf[nseg] = t_end
+                nseg += 1
+            if R[EMIT, r] >= R[OUT, r]:
+                fin[r] = t_end
+                st[USED] -= _blocks(R[DONE, r], bs)
+                _ll_remove(R, RNX, RPV, st, RUNC, RUNH, RUNT, r)
+                R[IN_RUN, r] = 0
+            else:
+                ctx = R[P_EFF, r]
+                R[CJ, r], R[GJ, r] = ctx, G
+                R[IN_DEC, r] = 1
+                st[B] += 1
+                st[A] += ctx - G
+                hist[_pmod(ctx - G, bs)] += 1
+                _heap_push(hp, st, G + R[OUT, r] - R[EMIT, r], R[SEG, r], r)
+        t = t_end
+    return _pack(0, sched, first, fin, R, n, dec_end, G, segi, segf, nseg, steps, busy, logf,
+                 logi, nlog)  # fmt: skip
