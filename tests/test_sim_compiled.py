@@ -84,3 +84,24 @@ def test_compiled_stall_is_an_error() -> None:
 def test_layer_profile_keeps_python_engine() -> None:
     assert not compiled.eligible(object())
     assert compiled.eligible(COST) and compiled.eligible(PHASE)
+
+
+def test_full_buffers_rerun_with_larger_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    arr, p, o, c = trace(300, 20.0, seed=3, cached=True)
+    cfg = EngineConfig(kv_capacity_tokens=15_000)
+    ref = simulate(arr, p, o, cfg, COST, cached_tokens=c, fast=False)
+    calls: list[int] = []
+    real = compiled._kernel()
+
+    def counting(*args):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(compiled, "initial_caps", lambda n, out: np.array([2, 2, 2], np.int64))
+    monkeypatch.setattr(compiled, "_KERNEL", counting)
+    got, log = compiled.run(arr, np.argsort(arr, kind="stable"), p, o,
+                            np.minimum(c, p - 1), cfg, COST, record=True)  # fmt: skip
+    assert len(calls) > 5  # buffers of two entries filled and doubled many times
+    for f in FIELDS:
+        np.testing.assert_array_equal(getattr(got, f), getattr(ref, f), err_msg=f)
+    assert log is not None and len(log["t_start"]) == ref.steps

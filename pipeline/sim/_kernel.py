@@ -25,6 +25,7 @@ from pipeline.sim.compiled import (
     CJ,
     DONE,
     EMIT,
+    FULL,
     GJ,
     HN,
     IN_DEC,
@@ -206,20 +207,6 @@ def _time_of(p, row, tokens, seqs, pairs, kv, score):  # type: ignore[no-untyped
 
 
 @njit(cache=True)
-def _grow2(x):  # type: ignore[no-untyped-def]
-    y = np.empty((x.shape[0], 2 * x.shape[1]), dtype=x.dtype)
-    y[:, : x.shape[1]] = x
-    return y
-
-
-@njit(cache=True)
-def _grow1(x):  # type: ignore[no-untyped-def]
-    y = np.empty(2 * x.shape[0], dtype=x.dtype)
-    y[: x.shape[0]] = x
-    return y
-
-
-@njit(cache=True)
 def _pack(err, sched, first, fin, R, n, dec_end, G, segi, segf, nseg, steps, busy, logf, logi,
           nlog):  # type: ignore[no-untyped-def]  # fmt: skip
     return (err, sched, first, fin, R[NPRE, :n].copy(), dec_end[:G].copy(),
@@ -229,7 +216,7 @@ def _pack(err, sched, first, fin, R, n, dec_end, G, segi, segf, nseg, steps, bus
 
 
 @njit(cache=True)
-def run(arr, order, prompt, out, cached, cf, p, record):  # type: ignore[no-untyped-def]
+def run(arr, order, prompt, out, cached, cf, p, record, caps):  # type: ignore[no-untyped-def]
     n = arr.shape[0]
     bs, total, mbt, cap = cf[C_BS], cf[C_TOTAL], cf[C_BUDGET], cf[C_CAP]
     chunked, pf_eff, pf_raw, phase = cf[C_CHUNKED], cf[C_PF_EFF], cf[C_PF_RAW], cf[C_PHASE]
@@ -254,13 +241,16 @@ def run(arr, order, prompt, out, cached, cf, p, record):  # type: ignore[no-unty
     ch_r = np.empty(width, dtype=np.int64)
     ch_todo = np.empty(width, dtype=np.int64)
     ch_before = np.empty(width, dtype=np.int64)
-    segi = np.empty((3, n + 16), dtype=np.int64)  # request, first decode step, decode steps
-    segf = np.empty(n + 16)  # time of the segment's first token
-    hp = np.empty((3, n + 16), dtype=np.int64)  # heap: decode step it finishes at, seg, request
+    # Fixed capacities (caps): a buffer reassigned inside the loop costs numba reference counting
+    # on every step (twice the step time, measured), so a full buffer ends the run with FULL
+    # and the caller runs again with larger ones.
+    segi = np.empty((3, caps[2]), dtype=np.int64)  # request, first decode step, decode steps
+    segf = np.empty(caps[2])  # time of the segment's first token
+    hp = np.empty((3, caps[2]), dtype=np.int64)  # heap: decode step it finishes at, seg, request
     nseg = 0
-    dec_end = np.empty(4096)
-    logf = np.empty((2, 4096 if record else 1))  # step log: t_start, t_end
-    logi = np.empty((4, 4096 if record else 1), dtype=np.int64)  # seqs, prefill, decode, KV
+    dec_end = np.empty(caps[0])
+    logf = np.empty((2, caps[1] if record else 1))  # step log: t_start, t_end
+    logi = np.empty((4, caps[1] if record else 1), dtype=np.int64)  # seqs, prefill, decode, KV
     nlog = 0
     t, busy, G, steps, nxt = 0.0, 0.0, 0, 0, 0
     while True:
@@ -293,13 +283,14 @@ def run(arr, order, prompt, out, cached, cf, p, record):  # type: ignore[no-unty
                 busy += dt
                 if record:
                     if nlog == logf.shape[1]:
-                        logf = _grow2(logf)
-                        logi = _grow2(logi)
+                        return _pack(FULL, sched, first, fin, R, n, dec_end, G, segi, segf, nseg,
+                                     steps, busy, logf, logi, nlog)  # fmt: skip
                     logf[0, nlog], logf[1, nlog] = t, t_end
                     logi[0, nlog], logi[1, nlog], logi[2, nlog], logi[3, nlog] = b, 0, b, st[USED]
                     nlog += 1
                 if dec_end.shape[0] == G:
-                    dec_end = _grow1(dec_end)
+                    return _pack(FULL, sched, first, fin, R, n, dec_end, G, segi, segf, nseg,
+                                 steps, busy, logf, logi, nlog)  # fmt: skip
                 dec_end[G] = t_end
                 G += 1
                 while st[HN] and hp[0, 0] <= G:
@@ -398,15 +389,16 @@ def run(arr, order, prompt, out, cached, cf, p, record):  # type: ignore[no-unty
         busy += dt
         if record:
             if nlog == logf.shape[1]:
-                logf = _grow2(logf)
-                logi = _grow2(logi)
+                return _pack(FULL, sched, first, fin, R, n, dec_end, G, segi, segf, nseg,
+                             steps, busy, logf, logi, nlog)  # fmt: skip
             logf[0, nlog], logf[1, nlog] = t, t_end
             logi[0, nlog], logi[1, nlog] = seqs, tokens - dec_count
             logi[2, nlog], logi[3, nlog] = dec_count, st[USED]
             nlog += 1
         if dec_count:
             if dec_end.shape[0] == G:
-                dec_end = _grow1(dec_end)
+                return _pack(FULL, sched, first, fin, R, n, dec_end, G, segi, segf, nseg,
+                             steps, busy, logf, logi, nlog)  # fmt: skip
             dec_end[G] = t_end
             G += 1
             while st[HN] and hp[0, 0] <= G:
@@ -431,9 +423,8 @@ def run(arr, order, prompt, out, cached, cf, p, record):  # type: ignore[no-unty
                     first[r] = t_end
                 R[EMIT, r] += 1
                 if nseg == segf.shape[0]:
-                    segi = _grow2(segi)
-                    segf = _grow1(segf)
-                    hp = _grow2(hp)
+                    return _pack(FULL, sched, first, fin, R, n, dec_end, G, segi, segf, nseg,
+                                 steps, busy, logf, logi, nlog)  # fmt: skip
                 R[SEG, r] = nseg
                 segi[0, nseg], segi[1, nseg], segi[2, nseg] = r, G, 0
                 segf[nseg] = t_end

@@ -40,6 +40,7 @@ N_SCALARS = 12
 # Configuration integers handed to the kernel.
 C_SEQS, C_BUDGET, C_CHUNKED, C_PF_EFF, C_PF_RAW, C_CAP, C_BS, C_TOTAL, C_WM, C_PHASE = range(10)
 STALLED = 1  # kernel error code: a step with nothing runnable
+FULL = 2  # kernel code: a buffer is full; run again with larger ones
 
 
 def _cost_row(c: StepCost) -> list[float]:
@@ -76,6 +77,16 @@ def _config_ints(cfg: EngineConfig, phase: int) -> I64:
     return np.array(vals, dtype=np.int64)
 
 
+def initial_caps(n: int, output_tokens: int) -> I64:
+    """Buffer sizes to start with: decode steps, logged steps, segments.
+
+    Decode steps never exceed the output tokens (each emits at least one); the estimate is capped
+    so that a long trace does not reserve memory it will not touch. Too small only costs a rerun.
+    """
+    dec = min(output_tokens, max(16 * n, 1 << 22)) + 16
+    return np.array([dec, dec + 2 * n + 4096, 2 * n + 16], dtype=np.int64)
+
+
 _KERNEL: Any = None
 
 
@@ -106,16 +117,15 @@ def run(
     if table is None:
         raise TypeError(f"{type(cost).__name__} has no compiled path; use the Python engine")
     params, phase = table
-    res = _kernel()(
-        np.ascontiguousarray(arr, dtype=np.float64),
-        np.ascontiguousarray(order, dtype=np.int64),
-        np.ascontiguousarray(prompt, dtype=np.int64),
-        np.ascontiguousarray(out, dtype=np.int64),
-        np.ascontiguousarray(cached, dtype=np.int64),
-        _config_ints(config, phase),
-        params,
-        record,
-    )
+    a = np.ascontiguousarray(arr, dtype=np.float64)
+    ints = [np.ascontiguousarray(x, dtype=np.int64) for x in (order, prompt, out, cached)]
+    n = len(a)
+    caps = initial_caps(n, int(np.sum(ints[2])))
+    while True:
+        res = _kernel()(*([a, *ints]), _config_ints(config, phase), params, record, caps)
+        if res[0] != FULL:
+            break
+        caps *= 2
     (err, sched, first, fin, npre, dec_end, s_req, s_t0, s_g0, s_cnt, steps, busy, logf, logi) = res
     if err == STALLED:
         raise RuntimeError("scheduler stalled: nothing runnable (KV capacity too small?)")
