@@ -264,6 +264,9 @@ def run(arr, order, prompt, out, cached, cf, p, record, caps):  # type: ignore[n
             t = arr[order[nxt]]
             continue
         if st[PREC] == 0 and st[WC] == 0 and st[B]:
+            # (The completion loop below is written out here and in the general step on purpose:
+            # as a shared njit helper its array arguments cost reference counting on every step,
+            # measured 2.0 s -> 4.9 s for a million requests.)
             # Decode-only steps: exactly what the general step below does when nothing waits and
             # nothing is half-prefilled (no admission, no chunk, run_decodes is True), without
             # its checks. Leaves before a step that must preempt, or when a request arrives.
