@@ -2,14 +2,19 @@
 the speed-up of the event-driven engine over the step-by-step oracle on a smaller trace.
 
     python bench/bench_replay.py [--requests 1000000] [--oracle-requests 3000] [--write]
+                                 [--scenarios] [--python-requests 100000]
 
 Workload: Llama-3.1-8B on one H100-SXM (roofline step costs, MFU 0.5, MBU 0.7, 2 ms per step,
 10 us per sequence), chunked prefill, paged KV at vLLM's default sizing; prompts lognormal
 (median 700, sigma 0.9), outputs lognormal (median 200, sigma 0.9), Poisson arrivals at 8/s
 (about 75 % of the server's capacity). The replay path is the real one (`resolve` +
 `simulate_scenario` with the per-step log that feeds the `steps` table); `--write` also times
-writing it into a fresh warehouse (requests with per-token times + steps). Results go to
-docs/PERFORMANCE.md ("Replay") by hand.
+writing it into a fresh warehouse (requests with per-token times + steps). `--scenarios` also
+replays the million under disaggregation (one prefill + one decode server, 12/s) and on 8
+replicas (64/s, the same load per server) with round-robin and least-loaded routing; the
+least-loaded row is timed against the Python engine (closed-form decode runs, the path before
+the compiled kernel) on the first `--python-requests`. Results go to docs/PERFORMANCE.md
+("Replay") by hand.
 """
 
 from __future__ import annotations
@@ -113,6 +118,56 @@ def bench_oracle(n: int, rate: float) -> dict:
     }
 
 
+SCENARIOS = {
+    "disaggregated-1p1d": ({"disaggregation": {"enabled": True}}, 12.0),
+    "8-replicas-round-robin": ({"deployment": {"replicas": 8}}, 64.0),
+    "8-replicas-least-loaded": ({"deployment": {"replicas": 8, "routing": "least-loaded"}}, 64.0),
+}
+
+
+def _whatif(patch: dict) -> WhatIf:
+    return WhatIf.model_validate({**WHATIF.model_dump(exclude_defaults=True), **patch})
+
+
+def _timed(sc, w: Workload) -> tuple[float, object]:  # type: ignore[no-untyped-def]
+    t0 = time.perf_counter()
+    res = simulate_scenario(sc, w, record_steps=True)
+    return time.perf_counter() - t0, res
+
+
+def bench_scenarios(n: int, python_n: int) -> list[dict]:
+    from pipeline.sim import compiled
+
+    rows = []
+    for name, (patch, rate) in SCENARIOS.items():
+        w = workload(n, rate)
+        sc = resolve(_whatif(patch), w)
+        dt, res = _timed(sc, w)
+        s = res.summary()
+        row = {
+            "scenario": name, "requests": n, "rate": rate, "simulate_s": round(dt, 2),
+            "engine_steps": sum(p.engine_steps for p in res.pools.values()),
+            "ttft_p50_s": round(s["ttft_p50"], 4), "tpot_p50_s": round(s["tpot_p50"], 4),
+        }  # fmt: skip
+        if "least-loaded" in name and python_n:
+            small = workload(python_n, rate)
+            sc_small = resolve(_whatif(patch), small)
+            fast_s, a = _timed(sc_small, small)
+            real = compiled.eligible
+            compiled.eligible = lambda cost: False  # the Python engine, as before the kernel
+            try:
+                py_s, b = _timed(sc_small, small)
+            finally:
+                compiled.eligible = real
+            row["python_engine"] = {
+                "requests": python_n, "python_s": round(py_s, 2), "compiled_s": round(fast_s, 3),
+                "speedup": round(py_s / fast_s, 1),
+                "max_rel_diff_finish": float(np.nanmax(np.abs(a.finish - b.finish) / b.finish)),
+            }  # fmt: skip
+        rows.append(row)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=1_000_000)
@@ -120,12 +175,17 @@ def main() -> None:
     ap.add_argument("--oracle-requests", type=int, default=3000)
     ap.add_argument("--oracle-rate", type=float, default=2.0)
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--scenarios", action="store_true")
+    ap.add_argument("--python-requests", type=int, default=100_000)
     a = ap.parse_args()
     info = {"cpus": os.cpu_count(), "load_avg": os.getloadavg()[0]}
     print(json.dumps({"machine": info}), flush=True)
     print(json.dumps({"oracle": bench_oracle(a.oracle_requests, a.oracle_rate)}), flush=True)
     print(json.dumps({"oracle": bench_oracle(a.oracle_requests, a.rate)}), flush=True)
     print(json.dumps({"big": bench_big(a.requests, a.rate, a.write)}), flush=True)
+    if a.scenarios:
+        for row in bench_scenarios(a.requests, a.python_requests):
+            print(json.dumps({"scenario": row}), flush=True)
 
 
 if __name__ == "__main__":

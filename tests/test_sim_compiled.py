@@ -58,14 +58,21 @@ def test_compiled_equals_python_step_by_step(name: str) -> None:
         assert ref.preemptions.sum() > 0  # the case exercises preemption by recompute
 
 
-def test_compiled_pool_steps_equal_python() -> None:
+@pytest.mark.parametrize("routing", ["round-robin", "least-loaded"])
+def test_compiled_pool_steps_equal_python(routing: str) -> None:
     arr, p, o, c = trace(900, 20.0, seed=7, cached=True)
-    pool = Pool(EngineConfig(kv_capacity_tokens=25_000), PHASE, replicas=3)
+    pool = Pool(EngineConfig(kv_capacity_tokens=25_000), PHASE, replicas=3, routing=routing)
     ref = simulate_pool(arr, p, o, pool, c, fast=False, record_steps=True)
     got = simulate_pool(arr, p, o, pool, c, record_steps=True)
     for f in ("replica", "local", "scheduled", "first_token", "finish", "preemptions"):
         np.testing.assert_array_equal(getattr(got, f), getattr(ref, f), err_msg=f)
+    for a, b in zip(got.servers, ref.servers, strict=True):
+        for f in FIELDS:
+            np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)
     assert len(got.steps) == 3
+    if routing == "least-loaded":  # the routing differs from round robin on this trace
+        assert not np.array_equal(got.replica[np.argsort(arr)], np.arange(900) % 3)
+        assert ref.preemptions.sum() > 0
     for a, b in zip(got.steps, ref.steps, strict=True):
         for col in a:
             np.testing.assert_array_equal(a[col], b[col], err_msg=col)
@@ -97,7 +104,7 @@ def test_full_buffers_rerun_with_larger_ones(monkeypatch: pytest.MonkeyPatch) ->
         calls.append(1)
         return real(*args)
 
-    monkeypatch.setattr(compiled, "initial_caps", lambda n, out: np.array([2, 2, 2], np.int64))
+    monkeypatch.setattr(compiled, "initial_caps", lambda *a: np.array([2, 2, 2, 2], np.int64))
     monkeypatch.setattr(compiled, "_KERNEL", counting)
     got, log = compiled.run(arr, np.argsort(arr, kind="stable"), p, o,
                             np.minimum(c, p - 1), cfg, COST, record=True)  # fmt: skip
@@ -105,3 +112,15 @@ def test_full_buffers_rerun_with_larger_ones(monkeypatch: pytest.MonkeyPatch) ->
     for f in FIELDS:
         np.testing.assert_array_equal(getattr(got, f), getattr(ref, f), err_msg=f)
     assert log is not None and len(log["t_start"]) == ref.steps
+
+
+def test_least_loaded_pool_reruns_with_larger_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
+    arr, p, o, c = trace(400, 30.0, seed=5)
+    pool = Pool(EngineConfig(kv_capacity_tokens=15_000), COST, replicas=2, routing="least-loaded")
+    ref = simulate_pool(arr, p, o, pool, c, fast=False, record_steps=True)
+    monkeypatch.setattr(compiled, "initial_caps", lambda *a: np.array([2, 2, 2, 2], np.int64))
+    got = simulate_pool(arr, p, o, pool, c, record_steps=True)
+    for f in ("replica", "local", "scheduled", "first_token", "finish", "preemptions"):
+        np.testing.assert_array_equal(getattr(got, f), getattr(ref, f), err_msg=f)
+    for a, b in zip(got.steps, ref.steps, strict=True):
+        np.testing.assert_array_equal(a["t_end"], b["t_end"])

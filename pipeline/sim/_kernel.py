@@ -25,6 +25,9 @@ from pipeline.sim.compiled import (
     CJ,
     DONE,
     EMIT,
+    F_BUSY,
+    F_LAST,
+    F_T,
     FULL,
     GJ,
     HN,
@@ -32,7 +35,7 @@ from pipeline.sim.compiled import (
     IN_PRE,
     IN_RUN,
     N_ROWS,
-    N_SCALARS,
+    N_STATE,
     NPRE,
     OUT,
     P_EFF,
@@ -42,11 +45,20 @@ from pipeline.sim.compiled import (
     PREH,
     PRET,
     PROMPT,
+    QH,
+    QT,
     RNX,
     RPV,
     RUNC,
     RUNH,
     RUNT,
+    S_G,
+    S_NFIN,
+    S_NLAST,
+    S_NLOG,
+    S_NSEG,
+    S_ROUTED,
+    S_STEPS,
     SEG,
     STALLED,
     USED,
@@ -144,7 +156,7 @@ def _leave(R, st, hist, s_cnt, G, bs, r):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def _preempt(R, st, hist, s_cnt, wq, n, G, bs, r):  # type: ignore[no-untyped-def]
+def _preempt(R, st, hist, s_cnt, wq, cw, G, bs, r):  # type: ignore[no-untyped-def]
     """Drop running request r's KV and re-queue it at the front; returns it."""
     _ll_remove(R, RNX, RPV, st, RUNC, RUNH, RUNT, r)
     R[IN_RUN, r] = 0
@@ -161,7 +173,7 @@ def _preempt(R, st, hist, s_cnt, wq, n, G, bs, r):  # type: ignore[no-untyped-de
     R[NPRE, r] += 1
     h = st[WH] - 1
     if h < 0:
-        h += n
+        h += cw
     st[WH] = h
     wq[h] = r
     st[WC] += 1
@@ -207,69 +219,42 @@ def _time_of(p, row, tokens, seqs, pairs, kv, score):  # type: ignore[no-untyped
 
 
 @njit(cache=True)
-def _pack(err, sched, first, fin, R, n, dec_end, G, segi, segf, nseg, steps, busy, logf, logi,
-          nlog):  # type: ignore[no-untyped-def]  # fmt: skip
-    return (err, sched, first, fin, R[NPRE, :n].copy(), dec_end[:G].copy(),
-            segi[0, :nseg].copy(), segf[:nseg].copy(), segi[1, :nseg].copy(),
-            segi[2, :nseg].copy(), steps, busy, logf[:, :nlog].copy(),
-            logi[:, :nlog].copy())  # fmt: skip
-
-
-@njit(cache=True)
-def run(arr, order, prompt, out, cached, cf, p, record, caps):  # type: ignore[no-untyped-def]
-    n = arr.shape[0]
+def _advance(j, horizon, arr, link, R, st2, sf, wq2, hist2, hp2, segi2, segf2, dec2, logf2, logi2,
+             snap, ch_r, ch_todo, ch_before, sched, first, fin, cf, p, record):  # type: ignore[no-untyped-def]  # fmt: skip
+    """Run server j until its clock reaches ``horizon`` (a step under way finishes) or nothing is
+    left; 0, or FULL / STALLED. Mirrors ReplicaEngine.advance with ``_step`` one step at a time."""
+    st, wq, hist, hp = st2[j], wq2[j], hist2[j], hp2[j]
+    segi, segf, dec_end, logf, logi = segi2[j], segf2[j], dec2[j], logf2[j], logi2[j]
     bs, total, mbt, cap = cf[C_BS], cf[C_TOTAL], cf[C_BUDGET], cf[C_CAP]
     chunked, pf_eff, pf_raw, phase = cf[C_CHUNKED], cf[C_PF_EFF], cf[C_PF_RAW], cf[C_PHASE]
-    R = np.zeros((N_ROWS, max(n, 1)), dtype=np.int64)
-    for r in range(n):
-        R[P_EFF, r] = prompt[r]
-        R[DONE, r] = cached[r]
-        R[SEG, r] = -1
-        R[PROMPT, r] = prompt[r]
-        R[OUT, r] = out[r]
-        R[CACHED, r] = cached[r]
-    st = np.zeros(N_SCALARS, dtype=np.int64)
-    for j in (RUNH, RUNT, PREH, PRET):
-        st[j] = -1
-    sched = np.full(n, np.nan)
-    first = np.full(n, np.nan)
-    fin = np.full(n, np.nan)
-    wq = np.empty(max(n, 1), dtype=np.int64)
-    hist = np.zeros(bs, dtype=np.int64)
-    width = min(n, cf[C_SEQS]) + 1
-    snap = np.empty(width, dtype=np.int64)
-    ch_r = np.empty(width, dtype=np.int64)
-    ch_todo = np.empty(width, dtype=np.int64)
-    ch_before = np.empty(width, dtype=np.int64)
-    # Fixed capacities (caps): a buffer reassigned inside the loop costs numba reference counting
-    # on every step (twice the step time, measured), so a full buffer ends the run with FULL
-    # and the caller runs again with larger ones.
-    segi = np.empty((3, caps[2]), dtype=np.int64)  # request, first decode step, decode steps
-    segf = np.empty(caps[2])  # time of the segment's first token
-    hp = np.empty((3, caps[2]), dtype=np.int64)  # heap: decode step it finishes at, seg, request
-    nseg = 0
-    dec_end = np.empty(caps[0])
-    logf = np.empty((2, caps[1] if record else 1))  # step log: t_start, t_end
-    logi = np.empty((4, caps[1] if record else 1), dtype=np.int64)  # seqs, prefill, decode, KV
-    nlog = 0
-    t, busy, G, steps, nxt = 0.0, 0.0, 0, 0, 0
+    cw = wq.shape[0]
+    t, busy, lastf = sf[j, F_T], sf[j, F_BUSY], sf[j, F_LAST]
+    G, steps, nseg, nlog = st[S_G], st[S_STEPS], st[S_NSEG], st[S_NLOG]
+    nfin, nlast = st[S_NFIN], st[S_NLAST]
     while True:
-        while nxt < n and arr[order[nxt]] <= t:
+        while st[QH] != -1 and arr[st[QH]] <= t:
+            if st[WC] == cw:
+                return FULL
             st[WC] += 1
-            wq[(st[WH] + st[WC] - 1) % n] = order[nxt]
-            nxt += 1
+            wq[(st[WH] + st[WC] - 1) % cw] = st[QH]
+            st[QH] = link[st[QH]]
+            if st[QH] == -1:
+                st[QT] = -1
         if st[RUNC] == 0 and st[WC] == 0:
-            if nxt >= n:
+            if st[QH] == -1:
                 break
-            t = arr[order[nxt]]
+            t = arr[st[QH]]
             continue
+        if t >= horizon:
+            break
         if st[PREC] == 0 and st[WC] == 0 and st[B]:
             # (The completion loop below is written out here and in the general step on purpose:
             # as a shared njit helper its array arguments cost reference counting on every step,
             # measured 2.0 s -> 4.9 s for a million requests.)
             # Decode-only steps: exactly what the general step below does when nothing waits and
             # nothing is half-prefilled (no admission, no chunk, run_decodes is True), without
-            # its checks. Leaves before a step that must preempt, or when a request arrives.
+            # its checks. Leaves before a step that must preempt, when a request arrives, or at
+            # the horizon.
             row = 1 if phase else 0
             short = False
             while True:
@@ -286,14 +271,12 @@ def run(arr, order, prompt, out, cached, cf, p, record, caps):  # type: ignore[n
                 busy += dt
                 if record:
                     if nlog == logf.shape[1]:
-                        return _pack(FULL, sched, first, fin, R, n, dec_end, G, segi, segf, nseg,
-                                     steps, busy, logf, logi, nlog)  # fmt: skip
+                        return FULL
                     logf[0, nlog], logf[1, nlog] = t, t_end
                     logi[0, nlog], logi[1, nlog], logi[2, nlog], logi[3, nlog] = b, 0, b, st[USED]
                     nlog += 1
                 if dec_end.shape[0] == G:
-                    return _pack(FULL, sched, first, fin, R, n, dec_end, G, segi, segf, nseg,
-                                 steps, busy, logf, logi, nlog)  # fmt: skip
+                    return FULL
                 dec_end[G] = t_end
                 G += 1
                 while st[HN] and hp[0, 0] <= G:
@@ -303,11 +286,15 @@ def run(arr, order, prompt, out, cached, cf, p, record, caps):  # type: ignore[n
                         continue  # stale entry of a preempted segment
                     kvt = _leave(R, st, hist, segi[2], G, bs, r)
                     fin[r] = t_end
+                    if t_end != lastf:
+                        lastf, nlast = t_end, 0
+                    nlast += 1
+                    nfin += 1
                     st[USED] -= _blocks(kvt, bs)
                     _ll_remove(R, RNX, RPV, st, RUNC, RUNH, RUNT, r)
                     R[IN_RUN, r] = 0
                 t = t_end
-                if st[B] == 0 or (nxt < n and arr[order[nxt]] <= t):
+                if st[B] == 0 or t >= horizon or (st[QH] != -1 and arr[st[QH]] <= t):
                     break
             if not short:
                 continue  # queue the arrival first
@@ -322,7 +309,9 @@ def run(arr, order, prompt, out, cached, cf, p, record, caps):  # type: ignore[n
         preempted = False
         if run_decodes and st[B]:
             while st[B] and hist[_pmod(-G, bs)] > total - st[USED]:
-                _preempt(R, st, hist, segi[2], wq, n, G, bs, st[RUNT])
+                if st[WC] == cw:
+                    return FULL
+                _preempt(R, st, hist, segi[2], wq, cw, G, bs, st[RUNT])
                 preempted = True
             if st[B]:
                 st[USED] += hist[_pmod(-G, bs)]
@@ -346,7 +335,9 @@ def run(arr, order, prompt, out, cached, cf, p, record, caps):  # type: ignore[n
                 need = _blocks(R[DONE, r] + todo, bs) - _blocks(R[DONE, r], bs)
                 while need > total - st[USED]:
                     preempted = True
-                    if _preempt(R, st, hist, segi[2], wq, n, G, bs, st[PRET]) == r:
+                    if st[WC] == cw:
+                        return FULL
+                    if _preempt(R, st, hist, segi[2], wq, cw, G, bs, st[PRET]) == r:
                         break
                 if not R[IN_PRE, r]:
                     continue
@@ -357,7 +348,7 @@ def run(arr, order, prompt, out, cached, cf, p, record, caps):  # type: ignore[n
         if not preempted:
             while _head_admissible(R, st, wq, cf, total - st[USED], budget):
                 r = wq[st[WH]]
-                st[WH] = (st[WH] + 1) % n
+                st[WH] = (st[WH] + 1) % cw
                 st[WC] -= 1
                 todo = R[P_EFF, r] - R[DONE, r]
                 if chunked:
@@ -373,8 +364,7 @@ def run(arr, order, prompt, out, cached, cf, p, record, caps):  # type: ignore[n
                 nch += 1
                 budget -= todo
         if dec_count == 0 and nch == 0:
-            return _pack(STALLED, sched, first, fin, R, n, dec_end, G, segi, segf, nseg, steps,
-                         busy, logf, logi, nlog)  # fmt: skip
+            return STALLED
         sum_ctx = (st[A] + st[B] * G) if dec_count else 0
         tokens, kv, score = dec_count, sum_ctx, 0
         pairs = float(sum_ctx)
@@ -392,16 +382,14 @@ def run(arr, order, prompt, out, cached, cf, p, record, caps):  # type: ignore[n
         busy += dt
         if record:
             if nlog == logf.shape[1]:
-                return _pack(FULL, sched, first, fin, R, n, dec_end, G, segi, segf, nseg,
-                             steps, busy, logf, logi, nlog)  # fmt: skip
+                return FULL
             logf[0, nlog], logf[1, nlog] = t, t_end
             logi[0, nlog], logi[1, nlog] = seqs, tokens - dec_count
             logi[2, nlog], logi[3, nlog] = dec_count, st[USED]
             nlog += 1
         if dec_count:
             if dec_end.shape[0] == G:
-                return _pack(FULL, sched, first, fin, R, n, dec_end, G, segi, segf, nseg,
-                             steps, busy, logf, logi, nlog)  # fmt: skip
+                return FULL
             dec_end[G] = t_end
             G += 1
             while st[HN] and hp[0, 0] <= G:
@@ -411,6 +399,10 @@ def run(arr, order, prompt, out, cached, cf, p, record, caps):  # type: ignore[n
                     continue  # stale entry of a preempted segment
                 kvt = _leave(R, st, hist, segi[2], G, bs, r)
                 fin[r] = t_end
+                if t_end != lastf:
+                    lastf, nlast = t_end, 0
+                nlast += 1
+                nfin += 1
                 st[USED] -= _blocks(kvt, bs)
                 _ll_remove(R, RNX, RPV, st, RUNC, RUNH, RUNT, r)
                 R[IN_RUN, r] = 0
@@ -426,14 +418,17 @@ def run(arr, order, prompt, out, cached, cf, p, record, caps):  # type: ignore[n
                     first[r] = t_end
                 R[EMIT, r] += 1
                 if nseg == segf.shape[0]:
-                    return _pack(FULL, sched, first, fin, R, n, dec_end, G, segi, segf, nseg,
-                                 steps, busy, logf, logi, nlog)  # fmt: skip
+                    return FULL
                 R[SEG, r] = nseg
                 segi[0, nseg], segi[1, nseg], segi[2, nseg] = r, G, 0
                 segf[nseg] = t_end
                 nseg += 1
             if R[EMIT, r] >= R[OUT, r]:
                 fin[r] = t_end
+                if t_end != lastf:
+                    lastf, nlast = t_end, 0
+                nlast += 1
+                nfin += 1
                 st[USED] -= _blocks(R[DONE, r], bs)
                 _ll_remove(R, RNX, RPV, st, RUNC, RUNH, RUNT, r)
                 R[IN_RUN, r] = 0
@@ -446,5 +441,99 @@ def run(arr, order, prompt, out, cached, cf, p, record, caps):  # type: ignore[n
                 hist[_pmod(ctx - G, bs)] += 1
                 _heap_push(hp, st, G + R[OUT, r] - R[EMIT, r], R[SEG, r], r)
         t = t_end
-    return _pack(0, sched, first, fin, R, n, dec_end, G, segi, segf, nseg, steps, busy, logf,
-                 logi, nlog)  # fmt: skip
+    sf[j, F_T], sf[j, F_BUSY], sf[j, F_LAST] = t, busy, lastf
+    st[S_G], st[S_STEPS], st[S_NSEG], st[S_NLOG] = G, steps, nseg, nlog
+    st[S_NFIN], st[S_NLAST] = nfin, nlast
+    return 0
+
+
+@njit(cache=True)
+def _route(j, g, st2, link):  # type: ignore[no-untyped-def]
+    """Append request g to server j's requests not yet queued."""
+    link[g] = -1
+    if st2[j, QH] == -1:
+        st2[j, QH] = g
+    else:
+        link[st2[j, QT]] = g
+    st2[j, QT] = g
+    st2[j, S_ROUTED] += 1
+
+
+@njit(cache=True)
+def run(arr, order, prompt, out, cached, servers, least_loaded, cf, p, record, caps):  # type: ignore[no-untyped-def]  # fmt: skip
+    """Simulate ``servers`` servers on the requests ``order`` (arrival order) routes to them:
+    round robin, or to the fewest outstanding requests at arrival (each server advanced to it
+    first). Returns the error code, each request's server, the per-request results (indexed by
+    request) and each server's buffers (the caller slices them by the counts in ``st``)."""
+    n, m, K = arr.shape[0], order.shape[0], servers
+    R = np.zeros((N_ROWS, max(n, 1)), dtype=np.int64)
+    for i in range(m):
+        r = order[i]
+        R[P_EFF, r] = prompt[r]
+        R[DONE, r] = cached[r]
+        R[SEG, r] = -1
+        R[PROMPT, r] = prompt[r]
+        R[OUT, r] = out[r]
+        R[CACHED, r] = cached[r]
+    st = np.zeros((K, N_STATE), dtype=np.int64)
+    for j in range(K):
+        for c in (RUNH, RUNT, PREH, PRET, QH, QT):
+            st[j, c] = -1
+    sf = np.zeros((K, 3))
+    sf[:, F_LAST] = -np.inf
+    sched = np.full(n, np.nan)
+    first = np.full(n, np.nan)
+    fin = np.full(n, np.nan)
+    route = np.full(n, -1, dtype=np.int64)
+    link = np.full(max(n, 1), -1, dtype=np.int64)
+    wq = np.empty((K, max(caps[3], 1)), dtype=np.int64)
+    hist = np.zeros((K, cf[C_BS]), dtype=np.int64)
+    width = min(m, cf[C_SEQS]) + 1
+    snap = np.empty(width, dtype=np.int64)
+    ch_r = np.empty(width, dtype=np.int64)
+    ch_todo = np.empty(width, dtype=np.int64)
+    ch_before = np.empty(width, dtype=np.int64)
+    # Fixed capacities (caps): a buffer reassigned inside the loop costs numba reference counting
+    # on every step (twice the step time, measured), so a full buffer ends the run with FULL
+    # and the caller runs again with larger ones.
+    segi = np.empty((K, 3, caps[2]), dtype=np.int64)  # request, first decode step, decode steps
+    segf = np.empty((K, caps[2]))  # time of the segment's first token
+    hp = np.empty((K, 3, caps[2]), dtype=np.int64)  # heap: decode step it ends at, seg, request
+    dec_end = np.empty((K, caps[0]))
+    cl = caps[1] if record else 1
+    logf = np.empty((K, 2, cl))  # step log: t_start, t_end
+    logi = np.empty((K, 4, cl), dtype=np.int64)  # seqs, prefill, decode, KV blocks
+    err = 0
+    if K == 1 or not least_loaded:
+        for i in range(m):
+            route[order[i]] = i % K
+            _route(i % K, order[i], st, link)
+    else:
+        for i in range(m):
+            g = order[i]
+            t = arr[g]
+            best, best_load = 0, -1
+            for j in range(K):
+                err = _advance(j, t, arr, link, R, st, sf, wq, hist, hp, segi, segf, dec_end,
+                               logf, logi, snap, ch_r, ch_todo, ch_before, sched, first, fin, cf,
+                               p, record)  # fmt: skip
+                if err:
+                    break
+                load = st[j, S_ROUTED] - st[j, S_NFIN]
+                if sf[j, F_LAST] > t:
+                    load += st[j, S_NLAST]  # finished in the step under way at t: not yet done
+                if best_load < 0 or load < best_load:
+                    best, best_load = j, load
+            if err:
+                break
+            route[g] = best
+            _route(best, g, st, link)
+    for j in range(K):
+        if err:
+            break
+        # fmt: off
+        err = _advance(j, np.inf, arr, link, R, st, sf, wq, hist, hp, segi, segf, dec_end, logf,
+                       logi, snap, ch_r, ch_todo, ch_before, sched, first, fin, cf, p, record)
+        # fmt: on
+    return (err, route, sched, first, fin, R[NPRE].copy(), st, sf, dec_end, segi, segf, logf,
+            logi)  # fmt: skip

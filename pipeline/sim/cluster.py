@@ -440,7 +440,7 @@ def simulate_pool(
     replica = np.full(n, -1, dtype=np.int64)
     local = np.full(n, -1, dtype=np.int64)
     independent = pool.routing == "round-robin" or pool.replicas == 1
-    if fast and independent and pool.static_batch is None and compiled.eligible(pool.cost):
+    if fast and pool.static_batch is None and compiled.eligible(pool.cost):
         return _compiled_pool(arrival, prompt, output, cached, pool, order, record_steps)
     engines = [_engine(pool, fast, record_steps) for _ in range(pool.replicas)]
     if independent:
@@ -475,24 +475,22 @@ def _compiled_pool(
     arrival: NDArray, prompt: NDArray, output: NDArray, cached: NDArray, pool: Pool,
     order: NDArray, record_steps: bool,
 ) -> PoolResult:  # fmt: skip
-    """Round-robin servers are independent: each runs the compiled step loop on its share."""
+    """All servers in one compiled kernel call (routing included)."""
     n = len(arrival)
-    replica = np.full(n, -1, dtype=np.int64)
+    c = np.minimum(cached, np.maximum(prompt - 1, 0))
+    route, per = compiled.run_pool(
+        arrival, order, prompt, output, c, pool.replicas, pool.routing == "least-loaded",
+        pool.config, pool.cost, record=record_steps,
+    )  # fmt: skip
     local = np.full(n, -1, dtype=np.int64)
     servers, ids, steps = [], [], []
-    for j in range(pool.replicas):
-        sub = order[j :: pool.replicas]
-        local[sub], replica[sub] = np.arange(len(sub)), j
-        c = np.minimum(cached[sub], np.maximum(prompt[sub] - 1, 0))
-        res, log = compiled.run(
-            arrival[sub], np.arange(len(sub)), prompt[sub], output[sub], c, pool.config,
-            pool.cost, record=record_steps,
-        )  # fmt: skip
+    for sub, res, log in per:
+        local[sub] = np.arange(len(sub))
         servers.append(res)
-        ids.append(sub.astype(np.int64))
+        ids.append(sub)
         if log is not None:
             steps.append(log)
-    return _pool_result(n, replica, local, servers, ids, steps)
+    return _pool_result(n, route, local, servers, ids, steps)
 
 
 def _pool_result(
