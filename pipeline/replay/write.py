@@ -115,8 +115,8 @@ def _write_locked(layout: Layout, res: ReplayResult, run_id: str, key: str) -> d
     try:
         w = res.workload
         for g, offs, times in res.token_chunks():
-            rel = times - np.repeat(w.arrival[g], np.diff(offs))
-            lists = pa.ListArray.from_arrays(pa.array(offs, pa.int32()), pa.array(rel))
+            times -= np.repeat(w.arrival[g], np.diff(offs))  # relative to arrival, in place
+            lists = pa.ListArray.from_arrays(pa.array(offs, pa.int32()), pa.array(times))
             v = validate(_frame(res, g, meta, lists), SOURCE_FORMAT, source)
             if v.rejected.height:  # a bug in the simulator, never the user's data
                 raise RuntimeError(f"replayed rows broke the contract: {v.rejected.row(0)}")
