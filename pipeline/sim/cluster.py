@@ -9,7 +9,9 @@ routing policy:
   and not yet finished) at its arrival; ties go to the lowest index (Vidur's LOR). This couples
   the servers, so they are advanced together: before routing a request that arrives at T, every
   server is advanced to T. A server's closed-form decode runs are then cut at T (its next
-  request is not known yet); runs are exact, so cutting them changes nothing but speed.
+  request is not known yet); runs are exact, so cutting them changes nothing but speed. For
+  roofline and per-phase costs the compiled kernel (:mod:`pipeline.sim.compiled`) does the same
+  routing inside its loop; this Python path is the reference it is tested against.
 
 :class:`ReplicaEngine` is the engine with requests added as they are routed, a time horizon, and
 (optionally) a record of every step: start, end, sequences, prefill tokens, decode tokens and KV
