@@ -14,6 +14,12 @@ OUT = Path(__file__).resolve().parent / "out"
 
 def measured(cmd: list[str]) -> tuple[float, float]:
     """Wall seconds and peak RSS (MiB) of one child process (its own, via wait4)."""
+    wall, rss, _ = measured_cpu(cmd)
+    return wall, rss
+
+
+def measured_cpu(cmd: list[str]) -> tuple[float, float, float]:
+    """Wall seconds, peak RSS (MiB) and CPU seconds (user + system, all threads) of a child."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -25,7 +31,7 @@ def measured(cmd: list[str]) -> tuple[float, float]:
     parent = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     if usage.ru_maxrss <= parent:
         print(f"  warning: peak RSS {usage.ru_maxrss / 1024:,.0f} MiB may be this bench's own")
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def machine() -> str:

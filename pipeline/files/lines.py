@@ -7,12 +7,14 @@ reported, so a 50 MB single line cannot blow the memory bound.
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from pipeline.files.sources import InputError
+from pipeline.files.sources import UTF8_BOM, InputError, compression, iter_blocks
 
 _WS = np.zeros(256, dtype=bool)
 _WS[[0x20, 0x09, 0x0D, 0x0A]] = True
@@ -135,3 +137,59 @@ def _guard(blocks, state, on_error):
     except InputError:
         state["flush"] = on_error()
         raise
+
+
+def iter_file_chunks(
+    path: Path, chunk_bytes: int, max_line_bytes: int
+) -> Iterator[LineChunk | OverlongLine | Truncated]:
+    """:func:`iter_line_chunks` of a file. An uncompressed file is memory-mapped and each chunk
+    is one copy out of the page cache; the block path copied every byte three times (read,
+    append to the pending buffer, cut), a seventh of a 1M-request ingest's CPU time."""
+    if compression(path) is not None or max_line_bytes < chunk_bytes:
+        # (A limit below the chunk size is checked line by line only on the block path.)
+        yield from iter_line_chunks(iter_blocks(path), chunk_bytes, max_line_bytes)
+        return
+    with open(path, "rb") as f:
+        size = f.seek(0, 2)
+        if size == 0:
+            return
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            if hasattr(mmap, "MADV_SEQUENTIAL"):
+                mm.madvise(mmap.MADV_SEQUENTIAL)
+            yield from _mapped_chunks(mm, chunk_bytes, max_line_bytes)
+
+
+def _mapped_chunks(
+    mm: mmap.mmap, chunk_bytes: int, max_line_bytes: int
+) -> Iterator[LineChunk | OverlongLine]:
+    # The same cuts as _chunks: whole lines up to chunk_bytes, a longer first line alone (or
+    # reported as over the limit and skipped), the rest at the end.
+    size = len(mm)
+    pos = len(UTF8_BOM) if mm[: len(UTF8_BOM)] == UTF8_BOM else 0
+    line_no = 1
+    released = 0  # pages before this offset are handed back
+    while pos < size:
+        tail = size - pos < chunk_bytes
+        if tail:
+            cut = size
+        else:
+            nl = mm.rfind(b"\n", pos, pos + chunk_bytes)
+            if nl < 0:  # the first line alone is longer than a chunk
+                nl = mm.find(b"\n", pos + chunk_bytes)
+                line_end = size if nl < 0 else nl
+                if line_end - pos > max_line_bytes:
+                    yield OverlongLine(line_no, mm[pos : pos + 1024], line_end - pos)
+                    pos, line_no = line_end + 1, line_no + 1
+                    continue
+            cut = size if nl < 0 else nl + 1
+        chunk = _index(mm[pos:cut], line_no)
+        # Mapped pages count in the process's RSS until dropped: without this, a 2.8 GB file
+        # showed 3.7 GiB peak RSS. The chunk is a copy, so its pages can go now.
+        upto = cut - cut % mmap.PAGESIZE
+        if upto > released and hasattr(mmap, "MADV_DONTNEED"):
+            mm.madvise(mmap.MADV_DONTNEED, released, upto - released)
+            released = upto
+        if len(chunk.starts) or tail:  # the tail is passed on even if blank, as in _chunks
+            yield chunk
+        line_no += chunk.n_lines
+        pos = cut

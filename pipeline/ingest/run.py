@@ -169,7 +169,8 @@ class _Dedup:
         first = df.select(pl.struct("run_id", "request_id").is_first_distinct()).to_series()
         fresh = first.to_numpy() & ~self._known(keys)
         self._remember(keys[fresh])
-        return df.filter(pl.Series(fresh)), int((~fresh).sum())
+        dropped = int((~fresh).sum())
+        return (df.filter(pl.Series(fresh)) if dropped else df), dropped
 
 
 def _quarantine_frame(q: pl.DataFrame, source_file: str, fmt: str, sha: str) -> pl.DataFrame:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
+from numba import njit
 
 from pipeline.schema.latency import tpot_expr
 from pipeline.schema.record import RequestRecord
@@ -91,7 +94,7 @@ def _rules(required: tuple[str, ...]) -> list[tuple[pl.Expr, pl.Expr]]:
         ),
         (tt.list.min() < 0, pl.lit("token_times has a negative time")),
         (~tt.list.sum().is_finite(), pl.lit("token_times has a value that is not a finite number")),
-        (tt.list.diff().list.min() < 0, pl.lit("token_times are not in increasing order")),
+        (c(_DECREASING), pl.lit("token_times are not in increasing order")),
         (tc.list.min() < 1, pl.lit("token_counts has a count below 1")),
         (
             (c("status") == "ok") & tc.is_not_null() & (tc.list.sum() != c("output_tokens")),
@@ -113,6 +116,35 @@ def _rules(required: tuple[str, ...]) -> list[tuple[pl.Expr, pl.Expr]]:
         ),
     ]
     return rules
+
+
+_DECREASING = "_token_times_decrease"  # computed by _decreasing before the rules run
+
+
+@njit(cache=True)
+def _decreasing_kernel(offsets, values, out):  # type: ignore[no-untyped-def]
+    for i in range(len(out)):
+        for j in range(offsets[i] + 1, offsets[i + 1]):
+            if values[j] < values[j - 1]:
+                out[i] = True
+                break
+
+
+def _decreasing(tt: pl.Series) -> pl.Series:
+    """Rows whose token_times ever go down. ``list.diff`` built a second copy of every time
+    (two thirds of the rule checks on a 1M-request ingest); this is one pass, no copy."""
+    arr = tt.to_arrow()
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if arr.values.null_count:  # a null inside a list: pairs with it are skipped, as diff does
+        return tt.to_frame().select(tt.list.diff().list.min().lt(0).fill_null(False)).to_series()
+    out = np.zeros(len(arr), dtype=bool)
+    offsets = arr.offsets.to_numpy().astype(np.int64, copy=False)
+    values = arr.values.to_numpy()
+    _decreasing_kernel(offsets, values, out)
+    if arr.null_count:  # a null list may span any range of values: never flag it
+        out &= arr.is_valid().to_numpy(zero_copy_only=False)
+    return pl.Series(_DECREASING, out)
 
 
 def _broken(required: tuple[str, ...]) -> pl.Expr:
@@ -175,9 +207,12 @@ def validate(
     df = canonical.with_columns(
         [pl.col(k).fill_null(v) for k, v in _DEFAULTS.items() if k in canonical.columns]
     )
+    df = df.with_columns(_decreasing(df["token_times"]).alias(_DECREASING))
     broken = df.select(_broken(required)).to_series()
-    good = df.filter(~broken)
-    bad = df.filter(broken)
+    if broken.any():
+        good, bad = df.filter(~broken), df.filter(broken)
+    else:  # the common case: filtering would copy every token time for nothing
+        good, bad = df, df.clear()
     rejected = bad.select(
         line=pl.col("source_line"),
         reason=_reason(required),

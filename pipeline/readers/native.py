@@ -1,23 +1,31 @@
 """Our own JSON-lines format (RequestRecord), read at columnar speed.
 
-Fast path: Polars parses a whole chunk of lines against the record's schema. When a chunk fails
-(bad JSON, wrong type), it is bisected until the failing lines are isolated; each of those is
-validated by the pydantic model, which either coerces it (e.g. ``512.0`` tokens) or says in plain
-words what is wrong. The cost of bad lines is O(bad · log chunk), never a loop over good lines.
+Fast path: DuckDB's JSON reader parses a whole chunk of lines against a typed schema, on every
+core. DuckDB converts more loosely than the record does (``512.5`` tokens become 512, ``2``
+becomes true), so counts are read as doubles and flags as text, and a row whose count is not a
+whole number (or beyond 2^53) or whose flag is not true/false goes to the pydantic model, which
+decides it as it would any line. When DuckDB refuses a chunk (bad JSON, a text where a number
+belongs), Polars parses it against the same schema and the chunk is bisected until the failing
+lines are isolated; each of those is validated by the pydantic model, which either coerces it
+(e.g. ``512.0`` tokens) or says in plain words what is wrong. The cost of bad lines is
+O(bad · log chunk), never a loop over good lines.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import polars as pl
 from pydantic import ValidationError
 
-from pipeline.files.lines import LineChunk, OverlongLine, Truncated, iter_line_chunks
-from pipeline.files.sources import iter_blocks
+from pipeline.files.lines import LineChunk, OverlongLine, Truncated, iter_file_chunks
+from pipeline.files.prefetch import prefetch
 from pipeline.readers.base import (
     CANONICAL_SCHEMA,
     QUARANTINE_SCHEMA,
@@ -38,6 +46,75 @@ def _parse(data: bytes) -> pl.DataFrame:
     return pl.read_ndjson(io.BytesIO(data), schema=CANONICAL_SCHEMA)
 
 
+def _duck_type(dtype: pl.DataType) -> str:
+    # Integers as DOUBLE and flags as VARCHAR: what DuckDB would coerce silently stays visible.
+    if isinstance(dtype, pl.List):
+        return _duck_type(dtype.inner) + "[]"
+    if dtype == pl.Utf8 or dtype == pl.Boolean:
+        return "VARCHAR"
+    return "DOUBLE"
+
+
+_DUCK_COLUMNS = (
+    "{" + ", ".join(f"'{k}': '{_duck_type(t)}'" for k, t in CANONICAL_SCHEMA.items()) + "}"
+)
+_INTS = [k for k, t in CANONICAL_SCHEMA.items() if t == pl.Int64]
+_INT_LISTS = [k for k, t in CANONICAL_SCHEMA.items() if t == pl.List(pl.Int64)]
+_FLAGS = [k for k, t in CANONICAL_SCHEMA.items() if t == pl.Boolean]
+_EXACT = float(2**53)  # doubles hold every integer up to here
+
+
+def _scratch_dir() -> str | None:
+    # A RAM-backed folder where there is one: the chunk is written there for DuckDB to read.
+    return "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+
+
+class _Duck:
+    """DuckDB's parallel JSON reader on one chunk at a time (it reads files, not bytes)."""
+
+    # DuckDB's default. Its read buffers are sized from this: set to the chunk's size, one
+    # thread parses the whole chunk (measured: 141 ms against 70 ms for 32 MiB on two cores).
+    MAX_OBJECT = 16 * 1024 * 1024
+
+    def __init__(self) -> None:
+        self.con = duckdb.connect()
+
+    def parse(self, data: bytes, longest: int) -> tuple[pl.DataFrame, pl.Series] | None:
+        """The chunk as a canonical frame and a mask of rows the model must decide, or None
+        when DuckDB refuses the chunk."""
+        with tempfile.NamedTemporaryFile(dir=_scratch_dir(), suffix=".jsonl") as f:
+            f.write(data)
+            f.flush()
+            try:
+                size = max(self.MAX_OBJECT, longest + 1)
+                table = self.con.sql(
+                    f"SELECT * FROM read_json($path, format='newline_delimited', "
+                    f"columns={_DUCK_COLUMNS}, maximum_object_size={size})",
+                    params={"path": f.name},
+                ).to_arrow_table()
+            except duckdb.Error:
+                return None
+        df = pl.from_arrow(table)
+        assert isinstance(df, pl.DataFrame)
+        c = pl.col
+        whole = [(c(k) != c(k).floor()) | (c(k).abs() > _EXACT) for k in _INTS]
+        whole += [
+            (c(k).list.eval(pl.element() != pl.element().floor()).list.any())
+            | (c(k).list.eval(pl.element().abs()).list.max() > _EXACT)
+            for k in _INT_LISTS
+        ]
+        flags = [~c(k).is_in(["true", "false"]) for k in _FLAGS]
+        suspect = df.select(
+            pl.any_horizontal([e.fill_null(False) for e in whole + flags]).alias("x")
+        ).to_series()
+        df = df.with_columns(
+            [c(k).cast(pl.Int64, strict=False) for k in _INTS]
+            + [c(k).cast(pl.List(pl.Int64), strict=False) for k in _INT_LISTS]
+            + [(c(k) == "true") for k in _FLAGS]
+        )
+        return df, suspect
+
+
 def explain(error: ValidationError) -> str:
     """A pydantic error as one sentence a person understands."""
     parts = []
@@ -55,15 +132,30 @@ def explain(error: ValidationError) -> str:
 class _Chunk:
     """Parses one LineChunk into good rows and quarantined lines."""
 
-    def __init__(self, chunk: LineChunk):
+    def __init__(self, chunk: LineChunk, duck: _Duck | None = None):
         self.c = chunk
+        self.duck = duck
         self.frames: list[pl.DataFrame] = []
         self.bad: list[tuple[int, str, str]] = []
 
     def run(self) -> tuple[pl.DataFrame, list[tuple[int, str, str]]]:
-        self._range(0, len(self.c.starts))
+        n = len(self.c.starts)
+        longest = int((self.c.ends - self.c.starts).max()) if n else 0
+        got = self.duck.parse(self.c.data, longest) if self.duck is not None and n else None
+        if got is not None and got[0].height == n:
+            df, suspect = got
+            lines = pl.Series(self.c.line_numbers)
+            if suspect.any():  # (filtering copies every list: only when there is a reason)
+                df, lines = df.filter(~suspect), lines.filter(~suspect)
+            self.frames.append(df.with_columns(source_line=lines))
+            for k in suspect.arg_true().to_list():  # the model decides these, one by one
+                self._single(k)
+        else:  # refused (or rows did not match lines): Polars and bisection, line exact
+            self._range(0, n)
         frames = [f for f in self.frames if f.height]
         df = pl.concat(frames, how="vertical") if frames else _parse(b"")
+        if len(frames) > 1 and got is not None:
+            df = df.sort("source_line")  # singles were appended after the bulk
         return df, self.bad
 
     def _range(self, i: int, j: int) -> None:
@@ -120,8 +212,12 @@ class NativeReader:
         return b'"request_id"' in head and b'"arrival_ts"' in head
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
-        blocks = iter_blocks(ctx.path)
-        for item in iter_line_chunks(blocks, CHUNK_BYTES, ctx.max_line_bytes):
+        # Chunks are parsed one ahead, on another thread, while ingest checks the last one.
+        return prefetch(self._read(ctx))
+
+    def _read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
+        duck = _Duck()
+        for item in iter_file_chunks(ctx.path, CHUNK_BYTES, ctx.max_line_bytes):
             if isinstance(item, Truncated):
                 reason = f"input ends early at this line: {item.reason}"
                 q = pl.DataFrame(
@@ -141,7 +237,7 @@ class NativeReader:
                 )
                 yield ReaderOutput(quarantine=q)
                 continue
-            df, bad = _Chunk(item).run()
+            df, bad = _Chunk(item, duck).run()
             q = pl.DataFrame(bad, schema=QUARANTINE_SCHEMA, orient="row") if bad else None
             yield ReaderOutput(requests=conform_requests(df), quarantine=q)
 

@@ -1,0 +1,191 @@
+"""The fast path of our own format decides every line as the slow path does.
+
+DuckDB parses chunks of our JSON lines (``readers/native.py``); it converts more loosely than the
+record model (512.5 tokens -> 512, 2 -> true), so the rows it could have bent go to the model.
+Here each such value is checked against what the model says, the DuckDB and Polars paths give the
+same frames on mixed input, the memory-mapped line splitter cuts exactly where the streaming one
+does, and the prefetching thread neither loses nor reorders items nor hides errors.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+
+from pipeline.files.lines import LineChunk, _index, iter_file_chunks, iter_line_chunks
+from pipeline.files.prefetch import prefetch
+from pipeline.files.sources import iter_blocks
+from pipeline.ingest.run import IngestOptions, ingest_paths, totals
+from pipeline.readers import native
+from pipeline.warehouse.layout import Layout
+from pipeline.warehouse.views import connect
+from tests.conftest import record, write_jsonl
+
+# value DuckDB alone would accept or bend -> (stored value, or None when quarantined; reason)
+LAX = {
+    "fractional count": ({"prompt_tokens": 512.5}, None, "fractional part"),
+    "flag 2": ({"chunked_prefill": 2}, None, "valid boolean"),
+    "fractional token count": (
+        {"token_counts": [1.5, 1, 1, 1], "output_tokens": 4},
+        None,
+        "fractional part",
+    ),
+    "count as text": ({"output_tokens": "4"}, ("output_tokens", 4), ""),
+    "flag as text": ({"chunked_prefill": "yes"}, ("chunked_prefill", True), ""),
+    "count beyond 2^53": ({"prompt_tokens": 2**60 + 1}, ("prompt_tokens", 2**60 + 1), ""),
+    "flag false": ({"chunked_prefill": False}, ("chunked_prefill", False), ""),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAX))
+def test_values_duckdb_would_bend_are_decided_by_the_model(tmp_path, case):
+    change, stored, reason = LAX[case]
+    path = write_jsonl(tmp_path / "lax.jsonl", [record(0), record(1, **change), record(2)])
+    layout = Layout(tmp_path / "wh")
+    t = totals(ingest_paths([path], layout, IngestOptions()))
+    con = connect(layout)
+    if stored is None:
+        assert (t["ingested"], t["quarantined"]) == (2, 1)
+        line, why = con.execute("SELECT line, reason FROM quarantine").fetchone()
+        assert line == 2 and reason in why
+    else:
+        assert (t["ingested"], t["quarantined"]) == (3, 0)
+        col, value = stored
+        got = con.execute(f"SELECT {col} FROM requests WHERE request_id = 'req-000001'").fetchone()
+        assert got == (value,)
+
+
+def _chunk(lines: list[str]) -> LineChunk:
+    return _index(("\n".join(lines) + "\n").encode(), 1)
+
+
+def test_duckdb_and_polars_paths_give_the_same_rows_and_quarantine():
+    lines = [json.dumps(record(i)) for i in range(40)]
+    lines[3] = json.dumps(record(3, request_id=123))  # text from a number, on both paths
+    lines[5] = json.dumps(record(5, prompt_tokens=100.0))
+    lines[7] = ""  # blank: skipped, line numbers kept
+    lines[9] = json.dumps(record(9, prompt_tokens=7.5))
+    lines[12] = json.dumps(record(12, chunked_prefill="no", token_counts=[1, 2, 1]))
+    lines[20] = json.dumps({**record(20), "extra": {"nested": [1, 2]}})
+    lines[25] = json.dumps(record(25, token_times=[0.064, None, 0.09, 0.1]))
+    chunk = _chunk(lines)
+    slow, slow_bad = native._Chunk(chunk).run()
+    fast, fast_bad = native._Chunk(chunk, native._Duck()).run()
+    assert fast.height == 38 and fast_bad == slow_bad and [b[0] for b in fast_bad] == [10]
+    assert_frame_equal(fast, slow)
+
+
+def test_duckdb_refusing_a_chunk_falls_back_line_exact():
+    lines = [json.dumps(record(i)) for i in range(10)]
+    lines[4] = '{"request_id": "x", "prompt_tokens": '  # broken JSON: DuckDB refuses the chunk
+    chunk = _chunk(lines)
+    assert native._Duck().parse(chunk.data, 100) is None
+    df, bad = native._Chunk(chunk, native._Duck()).run()
+    assert df["source_line"].to_list() == [1, 2, 3, 4, 6, 7, 8, 9, 10]
+    assert [(b[0], b[1].split(" ")[0]) for b in bad] == [(5, "not")]
+
+
+LINE = st.one_of(
+    st.text(alphabet="ab{}", min_size=1, max_size=30),
+    st.just(""),
+    st.just("   "),
+    st.text(alphabet="x", min_size=40, max_size=120),  # longer than small chunks
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    lines=st.lists(LINE, max_size=30),
+    chunk=st.integers(8, 64),
+    limit_extra=st.integers(0, 80),
+    newline_at_end=st.booleans(),
+    bom=st.booleans(),
+)
+def test_mapped_splitter_cuts_where_the_streaming_one_does(
+    tmp_path_factory, lines, chunk, limit_extra, newline_at_end, bom
+):
+    text = "\n".join(lines) + ("\n" if newline_at_end and lines else "")
+    data = (b"\xef\xbb\xbf" if bom else b"") + text.encode()
+    path = tmp_path_factory.mktemp("split") / "f.jsonl"
+    path.write_bytes(data)
+    limit = chunk + limit_extra  # the mapped path serves limits at or above the chunk size
+
+    def shape(items):
+        out = []
+        for it in items:
+            if isinstance(it, LineChunk):
+                out.append(("chunk", it.data, it.starts.tolist(), it.ends.tolist(),
+                            it.line_numbers.tolist(), it.n_lines))  # fmt: skip
+            else:
+                # The head is what the reader holds when it gives up: up to 1 KiB, fewer bytes
+                # on the streaming path when its blocks are small.
+                out.append((type(it).__name__, it.line_number, it.size))
+                heads.append(bytes(it.head))
+        return out
+
+    heads: list[bytes] = []
+    streamed = shape(iter_line_chunks(iter_blocks(path, block_bytes=7), chunk, limit))
+    streamed_heads, heads = heads, []
+    assert shape(iter_file_chunks(path, chunk, limit)) == streamed
+    assert all(
+        m.startswith(s) and len(m) <= 1024 for m, s in zip(heads, streamed_heads, strict=True)
+    )
+
+
+def test_prefetch_keeps_order_raises_in_place_and_stops_early():
+    assert list(prefetch(iter(range(1000)), depth=2)) == list(range(1000))
+
+    def failing():
+        yield 1
+        yield 2
+        raise ValueError("bad line")
+
+    got = []
+    with pytest.raises(ValueError, match="bad line"):
+        for x in prefetch(failing()):
+            got.append(x)
+    assert got == [1, 2]
+
+    produced = []
+
+    def endless():
+        i = 0
+        while True:
+            produced.append(i)
+            yield i
+            i += 1
+
+    gen = prefetch(endless())
+    assert next(gen) == 0
+    gen.close()  # the consumer stops: the producer thread must end too
+    assert not any(t.name == "prefetch" for t in threading.enumerate())
+    assert len(produced) <= 3  # one handed over, one waiting in the queue, one blocked
+
+
+def test_a_large_file_goes_through_the_fast_path_whole(tmp_path, monkeypatch):
+    calls = {"duck": 0, "polars": 0}
+    real_parse, real_polars = native._Duck.parse, native._parse
+
+    def counted_parse(self, data, longest):
+        calls["duck"] += 1
+        return real_parse(self, data, longest)
+
+    def counted_polars(data):
+        calls["polars"] += 1
+        return real_polars(data)
+
+    monkeypatch.setattr(native._Duck, "parse", counted_parse)
+    monkeypatch.setattr(native, "_parse", counted_polars)
+    monkeypatch.setattr(native, "CHUNK_BYTES", 4096)
+    path = write_jsonl(tmp_path / "big.jsonl", [record(i) for i in range(200)])
+    layout = Layout(tmp_path / "wh")
+    t = totals(ingest_paths([path], layout, IngestOptions()))
+    assert (t["ingested"], t["quarantined"]) == (200, 0)
+    assert calls["duck"] > 5 and calls["polars"] == 0
+    lines = connect(layout).execute("SELECT min(source_line), max(source_line) FROM requests")
+    assert lines.fetchone() == (1, 200)
