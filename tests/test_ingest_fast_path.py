@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,7 +21,7 @@ from polars.testing import assert_frame_equal
 from pipeline.files.lines import LineChunk, _index, iter_file_chunks, iter_line_chunks
 from pipeline.files.prefetch import prefetch
 from pipeline.files.sources import iter_blocks
-from pipeline.ingest.run import IngestOptions, ingest_paths, totals
+from pipeline.ingest.run import IngestOptions, _Dedup, _merge_sorted, ingest_paths, totals
 from pipeline.readers import native
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.views import connect
@@ -189,3 +190,39 @@ def test_a_large_file_goes_through_the_fast_path_whole(tmp_path, monkeypatch):
     assert calls["duck"] > 5 and calls["polars"] == 0
     lines = connect(layout).execute("SELECT min(source_line), max(source_line) FROM requests")
     assert lines.fetchone() == (1, 200)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=st.lists(st.lists(st.integers(0, 60), max_size=40), max_size=25))
+def test_dedup_levels_agree_with_a_set(tmp_path_factory, batches):
+    """Keys remembered over many batches (levels merged like a binary counter) are found
+    exactly as a plain set finds them."""
+    dedup = _Dedup(Layout(tmp_path_factory.mktemp("wh")))
+    seen: set[int] = set()
+    for batch in batches:
+        keys = np.array(batch, dtype=np.uint64)
+        known = dedup._known(keys)
+        assert known.tolist() == [k in seen for k in batch]
+        dedup._remember(keys[~known])  # as split() does: only keys not seen before
+        seen.update(batch)
+    for a, b in zip(dedup.levels, dedup.levels[1:], strict=False):
+        assert len(a) > len(b)  # binary-counter shape: a few levels, largest first
+    merged = np.concatenate(dedup.levels) if dedup.levels else np.array([], dtype=np.uint64)
+    assert sorted(merged.tolist()) == sorted(seen)  # each key once, none lost
+
+
+def test_merge_sorted_is_the_sorted_union():
+    a = np.array([1, 4, 9, 12], dtype=np.uint64)
+    b = np.array([0, 4, 10, 12, 30], dtype=np.uint64)
+    assert _merge_sorted(a, b).tolist() == [0, 1, 4, 9, 10, 12, 30]
+    assert _merge_sorted(a[:0], b[:1]).tolist() == [0]
+
+
+def test_a_batch_of_only_duplicates_then_more_rows(tmp_path, monkeypatch):
+    line = len(json.dumps(record(0))) + 1
+    monkeypatch.setattr(native, "CHUNK_BYTES", 10 * line + 5)  # ten records a batch
+    recs = [record(i) for i in range(10)] * 2 + [record(i) for i in range(10, 20)]
+    path = write_jsonl(tmp_path / "dups.jsonl", recs)
+    layout = Layout(tmp_path / "wh")
+    t = totals(ingest_paths([path], layout, IngestOptions()))
+    assert (t["read"], t["ingested"], t["duplicates"], t["quarantined"]) == (30, 20, 10, 0)
