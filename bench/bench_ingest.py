@@ -27,6 +27,24 @@ from _common import OUT, machine, measured_cpu
 PY = sys.executable
 
 
+def check(wh: Path, expected: int) -> None:
+    """A fast ingest counts only if it kept every request, each at its own line."""
+    from pipeline.warehouse.layout import Layout
+    from pipeline.warehouse.views import connect
+
+    con = connect(Layout(wh))
+    got = con.execute(
+        "SELECT count(*), count(DISTINCT source_line), min(source_line), max(source_line), "
+        "sum(list_count(token_times)) FROM requests"
+    ).fetchone()
+    bad = con.execute("SELECT count(*) FROM quarantine").fetchone()
+    assert got is not None and bad is not None
+    n, lines, lo, hi, tokens = got
+    if (n, lines, lo, hi, bad[0]) != (expected, expected, 1, expected, 0):
+        raise SystemExit(f"ingest lost or mislabelled rows: {got}, {bad[0]} quarantined")
+    print(f"  checked: {n:,} requests at lines 1..{hi:,}, {tokens:,} token times, 0 quarantined")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=1_000_000)
@@ -60,6 +78,7 @@ def main() -> None:
         shutil.rmtree(wh, ignore_errors=True)
         cmd = [PY, "-m", "pipeline", "ingest", str(trace), "-w", str(wh), "-q"]
         runs["ingest"].append(measured_cpu(cmd))
+        check(wh, a.requests)
         for name in runs:
             w, r, c = runs[name][-1]
             print(f"{f'{name} #{i + 1}':34}{w:>9.1f}{c:>9.1f}{r:>15.0f}")

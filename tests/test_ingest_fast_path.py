@@ -10,14 +10,16 @@ does, and the prefetching thread neither loses nor reorders items nor hides erro
 from __future__ import annotations
 
 import json
+import mmap
 import threading
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
+from pipeline.files import line_index
 from pipeline.files.lines import LineChunk, _index, iter_file_chunks, iter_line_chunks
 from pipeline.files.prefetch import prefetch
 from pipeline.files.sources import iter_blocks
@@ -168,28 +170,131 @@ def test_prefetch_keeps_order_raises_in_place_and_stops_early():
     assert len(produced) <= 3  # one handed over, one waiting in the queue, one blocked
 
 
-def test_a_large_file_goes_through_the_fast_path_whole(tmp_path, monkeypatch):
-    calls = {"duck": 0, "polars": 0}
-    real_parse, real_polars = native._Duck.parse, native._parse
+class _Counts:
+    """Counts which parser each path of the native reader calls."""
 
-    def counted_parse(self, data, longest):
-        calls["duck"] += 1
-        return real_parse(self, data, longest)
+    def __init__(self, monkeypatch):
+        self.n = {"chunk": 0, "polars": 0, "whole": 0, "batches": 0}
+        self.in_chunk = False
+        real_parse, real_polars = native._Duck.parse, native._parse
+        real_query, real_convert = native._Duck.query, native.convert
 
-    def counted_polars(data):
-        calls["polars"] += 1
-        return real_polars(data)
+        def parse(duck, data, longest):
+            self.n["chunk"] += 1
+            self.in_chunk = True
+            try:
+                return real_parse(duck, data, longest)
+            finally:
+                self.in_chunk = False
 
-    monkeypatch.setattr(native._Duck, "parse", counted_parse)
-    monkeypatch.setattr(native, "_parse", counted_polars)
+        def polars(data):
+            self.n["polars"] += 1
+            return real_polars(data)
+
+        def query(duck, path, size):
+            if not self.in_chunk:
+                self.n["whole"] += 1
+            return real_query(duck, path, size)
+
+        def convert(table):
+            self.n["batches"] += 1
+            return real_convert(table)
+
+        monkeypatch.setattr(native._Duck, "parse", parse)
+        monkeypatch.setattr(native._Duck, "query", query)
+        monkeypatch.setattr(native, "_parse", polars)
+        monkeypatch.setattr(native, "convert", convert)
+
+
+def test_a_large_file_goes_through_the_whole_file_path(tmp_path, monkeypatch):
+    counts = _Counts(monkeypatch)
     monkeypatch.setattr(native, "CHUNK_BYTES", 4096)
     path = write_jsonl(tmp_path / "big.jsonl", [record(i) for i in range(200)])
     layout = Layout(tmp_path / "wh")
     t = totals(ingest_paths([path], layout, IngestOptions()))
     assert (t["ingested"], t["quarantined"]) == (200, 0)
-    assert calls["duck"] > 5 and calls["polars"] == 0
-    lines = connect(layout).execute("SELECT min(source_line), max(source_line) FROM requests")
-    assert lines.fetchone() == (1, 200)
+    # One query over the file, read in batches of about a chunk; no chunk ever parsed.
+    assert counts.n["whole"] == 1 and counts.n["batches"] > 5
+    assert counts.n["chunk"] == 0 and counts.n["polars"] == 0
+    got = connect(layout).execute("SELECT min(source_line), max(source_line) FROM requests")
+    assert got.fetchone() == (1, 200)
+
+
+def test_whole_file_path_refused_part_way_goes_on_line_exact(tmp_path, monkeypatch):
+    counts = _Counts(monkeypatch)
+    monkeypatch.setattr(native, "CHUNK_BYTES", 4096)
+    lines = [json.dumps(record(i)) for i in range(300)]
+    lines[250] = '{"request_id": "x", "prompt_tokens": '  # DuckDB stops at this line's batch
+    lines[120] = json.dumps(record(120, prompt_tokens=7.5))  # a suspect row, before it
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    layout = Layout(tmp_path / "wh")
+    t = totals(ingest_paths([path], layout, IngestOptions()))
+    assert (t["ingested"], t["quarantined"]) == (298, 2)
+    assert counts.n["whole"] == 1 and counts.n["chunk"] > 0  # the chunked path took over
+    con = connect(layout)
+    bad = con.execute("SELECT line, reason FROM quarantine ORDER BY line").fetchall()
+    assert [b[0] for b in bad] == [121, 251] and "fractional" in bad[0][1]
+    ids = con.execute("SELECT source_line, request_id FROM requests ORDER BY 1").fetchall()
+    expected = [(i + 1, f"req-{i:06d}") for i in range(300) if i not in (120, 250)]
+    assert ids == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["{r0}\n\n{r1}\n", "{r0}\n   \n{r1}", "\ufeff{r0}\n{r1}\n", " {r0}\n{r1}\n"],
+    ids=["blank", "spaces", "bom", "indented"],
+)
+def test_files_with_blank_lines_or_a_bom_take_the_chunked_path(tmp_path, monkeypatch, text):
+    counts = _Counts(monkeypatch)
+    r0, r1 = json.dumps(record(0)), json.dumps(record(1))
+    path = tmp_path / "odd.jsonl"
+    path.write_bytes(text.format(r0=r0, r1=r1).encode())
+    layout = Layout(tmp_path / "wh")
+    t = totals(ingest_paths([path], layout, IngestOptions()))
+    assert (t["ingested"], t["quarantined"]) == (2, 0)
+    assert counts.n["whole"] == 0 and counts.n["chunk"] == 1
+    lines = connect(layout).execute("SELECT source_line FROM requests ORDER BY 1").fetchall()
+    assert lines == ([(1,), (3,)] if "\n\n" in text or "   " in text else [(1,), (2,)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(st.one_of(st.text(alphabet="ab{} ", max_size=30), st.just("")), max_size=30),
+    window=st.sampled_from([4096, 8192]),
+    newline_at_end=st.booleans(),
+    pad=st.integers(0, 9000),
+)
+def test_line_index_agrees_with_the_chunk_splitter(
+    tmp_path_factory, lines, window, newline_at_end, pad
+):
+    # Padding makes lines cross the scan windows (a window is at least a page).
+    text = "\n".join([*lines[:1], "x" * pad, *lines[1:]]) + ("\n" if newline_at_end else "")
+    data = text.encode()
+    assume(data)  # (an empty file never reaches the index)
+    path = tmp_path_factory.mktemp("index") / "f.jsonl"
+    path.write_bytes(data)
+    whole = _index(data, 1)  # keeps only the non-blank lines, so compare on those
+    with (
+        pytest.MonkeyPatch.context() as mp,
+        open(path, "rb") as f,
+        mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm,
+    ):
+        mp.setattr(line_index, "WINDOW", window)
+        index = line_index.index_lines(mm, 10**6)
+        assert index is not None
+        starts, ends = index.starts, index.ends
+        n_lines = len(index)
+        loose, longest = index.loose, index.longest
+        if b"\n" in data:  # over the line budget: no index
+            assert line_index.index_lines(mm, 0) is None
+    assert n_lines == whole.n_lines
+    keep = np.isin(starts, whole.starts)
+    assert starts[keep].tolist() == whole.starts.tolist()
+    assert ends[keep].tolist() == whole.ends.tolist()
+    heads = [ln[:1] for ln in text.split("\n")[:n_lines]]
+    assert loose == any(h in ("", " ") for h in heads)
+    assert longest == max(len(ln) for ln in text.split("\n")[:n_lines])
 
 
 @settings(max_examples=60, deadline=None)

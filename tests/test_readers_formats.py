@@ -459,7 +459,7 @@ def test_aiperf_typed_decode_matches_field_path(tmp_path: Path, monkeypatch) -> 
         assert fast["requests"].height in (47, 100)
         # JSON-path lookups re-print a number with fewer digits (464.66410099999996 comes back
         # as 464.664101): the paths agree to that rounding, and the typed one reads the file.
-        assert_frame_equal(fast["requests"], slow["requests"], check_exact=False, rtol=1e-12)
+        assert_frame_equal(fast["requests"], slow["requests"], check_exact=False, rel_tol=1e-12)
         first = {}
         for t in f.read_text().splitlines():
             o = json.loads(t)

@@ -15,17 +15,22 @@ from __future__ import annotations
 
 import io
 import json
+import mmap
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import polars as pl
+import pyarrow as pa
 from pydantic import ValidationError
 
+from pipeline.files.line_index import index_lines
 from pipeline.files.lines import LineChunk, OverlongLine, Truncated, iter_file_chunks
 from pipeline.files.prefetch import prefetch
+from pipeline.files.sources import UTF8_BOM, compression
 from pipeline.readers.base import (
     CANONICAL_SCHEMA,
     QUARANTINE_SCHEMA,
@@ -40,6 +45,7 @@ PRIORITY = 100
 CHUNK_BYTES = 32 * 1024 * 1024
 _SMALL = 32  # below this many lines, validate one by one instead of bisecting further
 RAW_LIMIT = 64 * 1024
+MAX_INDEXED_LINES = 8_000_000  # 128 MB of line offsets for the whole-file path; more: chunked
 
 
 def _parse(data: bytes) -> pl.DataFrame:
@@ -86,33 +92,41 @@ class _Duck:
             f.write(data)
             f.flush()
             try:
-                size = max(self.MAX_OBJECT, longest + 1)
-                table = self.con.sql(
-                    f"SELECT * FROM read_json($path, format='newline_delimited', "
-                    f"columns={_DUCK_COLUMNS}, maximum_object_size={size})",
-                    params={"path": f.name},
-                ).to_arrow_table()
+                table = self.query(f.name, max(self.MAX_OBJECT, longest + 1)).to_arrow_table()
             except duckdb.Error:
                 return None
-        df = pl.from_arrow(table)
-        assert isinstance(df, pl.DataFrame)
-        c = pl.col
-        whole = [(c(k) != c(k).floor()) | (c(k).abs() > _EXACT) for k in _INTS]
-        whole += [
-            (c(k).list.eval(pl.element() != pl.element().floor()).list.any())
-            | (c(k).list.eval(pl.element().abs()).list.max() > _EXACT)
-            for k in _INT_LISTS
-        ]
-        flags = [~c(k).is_in(["true", "false"]) for k in _FLAGS]
-        suspect = df.select(
-            pl.any_horizontal([e.fill_null(False) for e in whole + flags]).alias("x")
-        ).to_series()
-        df = df.with_columns(
-            [c(k).cast(pl.Int64, strict=False) for k in _INTS]
-            + [c(k).cast(pl.List(pl.Int64), strict=False) for k in _INT_LISTS]
-            + [(c(k) == "true") for k in _FLAGS]
+        return convert(table)
+
+    def query(self, path: str, max_object: int) -> duckdb.DuckDBPyRelation:
+        return self.con.sql(
+            f"SELECT * FROM read_json($path, format='newline_delimited', "
+            f"columns={_DUCK_COLUMNS}, maximum_object_size={max_object})",
+            params={"path": path},
         )
-        return df, suspect
+
+
+def convert(table: pa.Table | pa.RecordBatch) -> tuple[pl.DataFrame, pl.Series]:
+    """DuckDB's rows as a canonical frame, and a mask of the rows it may have converted
+    loosely (the model decides those)."""
+    df = pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)
+    c = pl.col
+    whole = [(c(k) != c(k).floor()) | (c(k).abs() > _EXACT) for k in _INTS]
+    whole += [
+        (c(k).list.eval(pl.element() != pl.element().floor()).list.any())
+        | (c(k).list.eval(pl.element().abs()).list.max() > _EXACT)
+        for k in _INT_LISTS
+    ]
+    flags = [~c(k).is_in(["true", "false"]) for k in _FLAGS]
+    suspect = df.select(
+        pl.any_horizontal([e.fill_null(False) for e in whole + flags]).alias("x")
+    ).to_series()
+    df = df.with_columns(
+        [c(k).cast(pl.Int64, strict=False) for k in _INTS]
+        + [c(k).cast(pl.List(pl.Int64), strict=False) for k in _INT_LISTS]
+        + [(c(k) == "true") for k in _FLAGS]
+    )
+    return df, suspect
 
 
 def explain(error: ValidationError) -> str:
@@ -127,6 +141,43 @@ def explain(error: ValidationError) -> str:
         parts.append(f"{field}: {e['msg']}{shown}")
     more = len(error.errors()) - 3
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def decide(line: bytes, number: int) -> pl.DataFrame | tuple[int, str, str]:
+    """One line decided by the pydantic model: its canonical row, or why it is quarantined."""
+    raw = line[:RAW_LIMIT].decode("utf-8", errors="replace")
+    try:
+        rec = RequestRecord.model_validate_json(line)
+    except ValidationError as exc:
+        return (number, explain(exc), raw)
+    except ValueError as exc:  # not JSON at all
+        return (number, f"not valid JSON: {exc}", raw)
+    row = pl.DataFrame([rec.model_dump()], schema=CANONICAL_SCHEMA)
+    return row.with_columns(source_line=pl.lit(number, dtype=pl.Int64))
+
+
+def _bulk(
+    df: pl.DataFrame, suspect: pl.Series, lines: pl.Series, line: Callable[[int], bytes]
+) -> tuple[list[pl.DataFrame], list[tuple[int, str, str]]]:
+    """DuckDB's rows with their line numbers; the suspect ones (``line(k)`` gives row k's bytes)
+    re-decided by the model, one by one."""
+    if not suspect.any():  # (filtering copies every list: only when there is a reason)
+        return [df.with_columns(source_line=lines)], []
+    frames = [df.filter(~suspect).with_columns(source_line=lines.filter(~suspect))]
+    bad = []
+    for k in suspect.arg_true().to_list():
+        got = decide(line(k), int(lines[k]))
+        if isinstance(got, tuple):
+            bad.append(got)
+        else:
+            frames.append(got)
+    return frames, bad
+
+
+def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    frames = [f for f in frames if f.height]
+    df = pl.concat(frames, how="vertical") if frames else _parse(b"")
+    return df.sort("source_line") if len(frames) > 1 else df  # singles come after the bulk
 
 
 class _Chunk:
@@ -144,19 +195,10 @@ class _Chunk:
         got = self.duck.parse(self.c.data, longest) if self.duck is not None and n else None
         if got is not None and got[0].height == n:
             df, suspect = got
-            lines = pl.Series(self.c.line_numbers)
-            if suspect.any():  # (filtering copies every list: only when there is a reason)
-                df, lines = df.filter(~suspect), lines.filter(~suspect)
-            self.frames.append(df.with_columns(source_line=lines))
-            for k in suspect.arg_true().to_list():  # the model decides these, one by one
-                self._single(k)
-        else:  # refused (or rows did not match lines): Polars and bisection, line exact
-            self._range(0, n)
-        frames = [f for f in self.frames if f.height]
-        df = pl.concat(frames, how="vertical") if frames else _parse(b"")
-        if len(frames) > 1 and got is not None:
-            df = df.sort("source_line")  # singles were appended after the bulk
-        return df, self.bad
+            self.frames, self.bad = _bulk(df, suspect, pl.Series(self.c.line_numbers), self.c.line)
+            return _concat(self.frames), self.bad
+        self._range(0, n)  # refused (or rows did not match lines): Polars and bisection
+        return _concat(self.frames), self.bad
 
     def _range(self, i: int, j: int) -> None:
         if i >= j:
@@ -183,19 +225,65 @@ class _Chunk:
         self.frames.append(df.with_columns(source_line=pl.Series(self.c.line_numbers[i:j])))
 
     def _single(self, k: int) -> None:
-        line = self.c.line(k)
-        number = int(self.c.line_numbers[k])
-        raw = line[:RAW_LIMIT].decode("utf-8", errors="replace")
-        try:
-            rec = RequestRecord.model_validate_json(line)
-        except ValidationError as exc:
-            self.bad.append((number, explain(exc), raw))
-            return
-        except ValueError as exc:  # not JSON at all
-            self.bad.append((number, f"not valid JSON: {exc}", raw))
-            return
-        row = pl.DataFrame([rec.model_dump()], schema=CANONICAL_SCHEMA)
-        self.frames.append(row.with_columns(source_line=pl.lit(number, dtype=pl.Int64)))
+        got = decide(self.c.line(k), int(self.c.line_numbers[k]))
+        if isinstance(got, tuple):
+            self.bad.append(got)
+        else:
+            self.frames.append(got)
+
+
+def _whole_file(ctx: ReadContext, duck: _Duck) -> Generator[ReaderOutput, None, tuple | None]:
+    """The whole plain file through one DuckDB query, which parses it on every core: what
+    DuckDB's own ``COPY`` does, and 4 s against 17 s of 32 MiB chunks (1M requests, 2.8 GB,
+    two cores). Rows come in file order and the file has no blank line, so row i is line i + 1.
+
+    Returns None when the file does not qualify (compressed, a byte-order mark, a blank or
+    over-long line, too many lines to index): the chunked path reads it all. Otherwise returns
+    (byte offset, line number) where the chunked path must go on: the end of the file, or the
+    first line of the batch DuckDB refused (bad JSON, a text where a number belongs).
+    """
+    if compression(ctx.path) is not None:
+        return None
+    with open(ctx.path, "rb") as f:
+        size = f.seek(0, 2)
+        if size == 0:
+            return None
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            if mm[: len(UTF8_BOM)] == UTF8_BOM:
+                return None
+            index = index_lines(mm, MAX_INDEXED_LINES)
+            if index is None or index.loose or index.longest > ctx.max_line_bytes:
+                return None
+            if index.longest >= _Duck.MAX_OBJECT:
+                return None
+            n = len(index)
+            rows = max(1, CHUNK_BYTES * n // size)  # a chunk's worth of lines, on average
+
+            def line(k: int) -> bytes:
+                return mm[int(index.starts[k]) : int(index.ends[k])]
+
+            done = 0
+            try:
+                batches = duck.query(str(ctx.path), _Duck.MAX_OBJECT).to_arrow_reader(rows)
+            except duckdb.Error:
+                batches = iter(())
+            while done < n:
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    break
+                except (duckdb.Error, pa.ArrowException):
+                    break  # the chunked path takes over at this batch, line exact
+                h = batch.num_rows
+                if done + h > n:  # DuckDB reads one object per line; never mislabel lines
+                    raise RuntimeError(f"DuckDB returned over {n:,} rows for {n:,} lines")
+                df, suspect = convert(batch)
+                numbers = pl.Series(np.arange(done + 1, done + 1 + h, dtype=np.int64))
+                frames, bad = _bulk(df, suspect, numbers, lambda k, at=done: line(at + k))
+                q = pl.DataFrame(bad, schema=QUARANTINE_SCHEMA, orient="row") if bad else None
+                yield ReaderOutput(requests=conform_requests(_concat(frames)), quarantine=q)
+                done += h
+            return (size, n + 1) if done == n else (int(index.starts[done]), done + 1)
 
 
 class NativeReader:
@@ -217,7 +305,10 @@ class NativeReader:
 
     def _read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
         duck = _Duck()
-        for item in iter_file_chunks(ctx.path, CHUNK_BYTES, ctx.max_line_bytes):
+        resume = yield from _whole_file(ctx, duck)
+        if resume is not None and resume[0] >= ctx.path.stat().st_size:
+            return
+        for item in iter_file_chunks(ctx.path, CHUNK_BYTES, ctx.max_line_bytes, resume):
             if isinstance(item, Truncated):
                 reason = f"input ends early at this line: {item.reason}"
                 q = pl.DataFrame(
