@@ -58,12 +58,33 @@ def test_compiled_equals_python_step_by_step(name: str) -> None:
         assert ref.preemptions.sum() > 0  # the case exercises preemption by recompute
 
 
+@pytest.mark.parametrize("name", ["chunked", "chunked-preempting", "vllm-v0-watermark"])
+def test_compiled_equals_python_with_kv_load(name: str) -> None:
+    # Seconds of KV moved in at a request's first admission (a disaggregated decode server):
+    # preempted requests are re-admitted without it, on both paths.
+    cfg, cost, _ = CASES[name]
+    arr, p, o, c = trace(600, 12.0, seed=len(name), cached=True)
+    if not cfg.chunked_prefill:
+        cfg = EngineConfig(**{**cfg.__dict__, "max_batched_tokens": int((p + o).max())})
+    load = 5e-4 + 2e-5 * p
+    ref = simulate(arr, p, o, cfg, cost, cached_tokens=c, load_seconds=load, fast=False)
+    got = simulate(arr, p, o, cfg, cost, cached_tokens=c, load_seconds=load)
+    for f in FIELDS:
+        np.testing.assert_array_equal(getattr(got, f), getattr(ref, f), err_msg=f)
+    assert (got.steps, got.busy_time) == (ref.steps, ref.busy_time)
+    without = simulate(arr, p, o, cfg, cost, cached_tokens=c)
+    assert not np.array_equal(got.finish, without.finish)  # neither path ignores the load
+    if name == "chunked-preempting":
+        assert ref.preemptions.sum() > 0
+
+
 @pytest.mark.parametrize("routing", ["round-robin", "least-loaded"])
 def test_compiled_pool_steps_equal_python(routing: str) -> None:
     arr, p, o, c = trace(900, 20.0, seed=7, cached=True)
     pool = Pool(EngineConfig(kv_capacity_tokens=25_000), PHASE, replicas=3, routing=routing)
-    ref = simulate_pool(arr, p, o, pool, c, fast=False, record_steps=True)
-    got = simulate_pool(arr, p, o, pool, c, record_steps=True)
+    load = 1e-5 * p  # KV moved in at admission (a decode pool), on both paths
+    ref = simulate_pool(arr, p, o, pool, c, load=load, fast=False, record_steps=True)
+    got = simulate_pool(arr, p, o, pool, c, load=load, record_steps=True)
     for f in ("replica", "local", "scheduled", "first_token", "finish", "preemptions"):
         np.testing.assert_array_equal(getattr(got, f), getattr(ref, f), err_msg=f)
     for a, b in zip(got.servers, ref.servers, strict=True):

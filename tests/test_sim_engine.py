@@ -176,6 +176,26 @@ def test_single_request_exact_timeline() -> None:
     np.testing.assert_allclose(times, expected, rtol=1e-14)
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_kv_load_holds_up_only_the_admitting_step(fast: bool) -> None:
+    # A disaggregated decode server: A (1,000 prompt tokens cached) arrives at 0 and its KV takes
+    # 50 ms to pull in; B arrives during A's first step and takes 20 ms. Worked by hand: step 1
+    # admits A (+50 ms), step 2 decodes A and admits B (+20 ms), step 3 decodes both; nothing else
+    # moves, so every later time shifts by what the steps before it carried.
+    cfg = EngineConfig(kv_capacity_tokens=100_000)
+    args = ([0.0, 0.001], [1001, 501], [3, 2], cfg, COST)
+    kw = {"cached_tokens": [1000, 500], "fast": fast}
+    base = simulate(*args, **kw)
+    got = simulate(*args, load_seconds=[0.05, 0.02], **kw)
+    assert base.first_token[0] > 0.001  # B arrives before step 1 ends, with or without the load
+    assert got.steps == base.steps == 3
+    np.testing.assert_allclose(got.first_token - base.first_token, [0.05, 0.07], atol=1e-12)
+    np.testing.assert_allclose(got.finish - base.finish, [0.07, 0.07], atol=1e-12)
+    assert got.busy_time == pytest.approx(base.busy_time + 0.07, abs=1e-12)
+    with pytest.raises(ValueError, match="load_seconds"):
+        simulate(*args, load_seconds=[0.05, -1.0], **kw)
+
+
 def test_ttft_includes_queueing_behind_a_full_server() -> None:
     cfg = EngineConfig(kv_capacity_tokens=100_000, max_num_seqs=1)
     res = simulate([0.0, 0.0], [500, 500], [10, 10], cfg, COST)

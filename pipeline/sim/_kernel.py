@@ -219,8 +219,8 @@ def _time_of(p, row, tokens, seqs, pairs, kv, score):  # type: ignore[no-untyped
 
 
 @njit(cache=True)
-def _advance(j, horizon, arr, link, R, st2, sf, wq2, hist2, hp2, segi2, segf2, dec2, logf2, logi2,
-             snap, ch_r, ch_todo, ch_before, sched, first, fin, cf, p, record):  # type: ignore[no-untyped-def]  # fmt: skip
+def _advance(j, horizon, arr, load, link, R, st2, sf, wq2, hist2, hp2, segi2, segf2, dec2, logf2,
+             logi2, snap, ch_r, ch_todo, ch_before, sched, first, fin, cf, p, record):  # type: ignore[no-untyped-def]  # fmt: skip
     """Run server j until its clock reaches ``horizon`` (a step under way finishes) or nothing is
     left; 0, or FULL / STALLED. Mirrors ReplicaEngine.advance with ``_step`` one step at a time."""
     st, wq, hist, hp = st2[j], wq2[j], hist2[j], hp2[j]
@@ -345,6 +345,7 @@ def _advance(j, horizon, arr, link, R, st2, sf, wq2, hist2, hp2, segi2, segf2, d
                 ch_r[nch], ch_todo[nch], ch_before[nch] = r, todo, R[DONE, r]
                 nch += 1
                 budget -= todo
+        loading = 0.0  # KV moved in for requests admitted for the first time (load)
         if not preempted:
             while _head_admissible(R, st, wq, cf, total - st[USED], budget):
                 r = wq[st[WH]]
@@ -360,6 +361,7 @@ def _advance(j, horizon, arr, link, R, st2, sf, wq2, hist2, hp2, segi2, segf2, d
                 R[IN_PRE, r] = 1
                 if np.isnan(sched[r]):
                     sched[r] = t
+                    loading += load[r]
                 ch_r[nch], ch_todo[nch], ch_before[nch] = r, todo, R[DONE, r]
                 nch += 1
                 budget -= todo
@@ -376,7 +378,7 @@ def _advance(j, horizon, arr, link, R, st2, sf, wq2, hist2, hp2, segi2, segf2, d
             score += todo * todo
         seqs = dec_count + nch
         row = 0 if (phase == 0 or tokens > seqs) else 1
-        dt = _time_of(p, row, tokens, seqs, pairs, kv, score)
+        dt = _time_of(p, row, tokens, seqs, pairs, kv, score) + loading
         t_end = t + dt
         steps += 1
         busy += dt
@@ -460,7 +462,7 @@ def _route(j, g, st2, link):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def run(arr, order, prompt, out, cached, servers, least_loaded, cf, p, record, caps):  # type: ignore[no-untyped-def]  # fmt: skip
+def run(arr, order, prompt, out, cached, load, servers, least_loaded, cf, p, record, caps):  # type: ignore[no-untyped-def]  # fmt: skip
     """Simulate ``servers`` servers on the requests ``order`` (arrival order) routes to them:
     round robin, or to the fewest outstanding requests at arrival (each server advanced to it
     first). Returns the error code, each request's server, the per-request results (indexed by
@@ -514,16 +516,16 @@ def run(arr, order, prompt, out, cached, servers, least_loaded, cf, p, record, c
             t = arr[g]
             best, best_load = 0, -1
             for j in range(K):
-                err = _advance(j, t, arr, link, R, st, sf, wq, hist, hp, segi, segf, dec_end,
+                err = _advance(j, t, arr, load, link, R, st, sf, wq, hist, hp, segi, segf, dec_end,
                                logf, logi, snap, ch_r, ch_todo, ch_before, sched, first, fin, cf,
                                p, record)  # fmt: skip
                 if err:
                     break
-                load = st[j, S_ROUTED] - st[j, S_NFIN]
+                held = st[j, S_ROUTED] - st[j, S_NFIN]
                 if sf[j, F_LAST] > t:
-                    load += st[j, S_NLAST]  # finished in the step under way at t: not yet done
-                if best_load < 0 or load < best_load:
-                    best, best_load = j, load
+                    held += st[j, S_NLAST]  # finished in the step under way at t: not yet done
+                if best_load < 0 or held < best_load:
+                    best, best_load = j, held
             if err:
                 break
             route[g] = best
@@ -532,8 +534,8 @@ def run(arr, order, prompt, out, cached, servers, least_loaded, cf, p, record, c
         if err:
             break
         # fmt: off
-        err = _advance(j, np.inf, arr, link, R, st, sf, wq, hist, hp, segi, segf, dec_end, logf,
-                       logi, snap, ch_r, ch_todo, ch_before, sched, first, fin, cf, p, record)
+        err = _advance(j, np.inf, arr, load, link, R, st, sf, wq, hist, hp, segi, segf, dec_end,
+                       logf, logi, snap, ch_r, ch_todo, ch_before, sched, first, fin, cf, p, record)
         # fmt: on
     return (err, route, sched, first, fin, R[NPRE].copy(), st, sf, dec_end, segi, segf, logf,
             logi)  # fmt: skip

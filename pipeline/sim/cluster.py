@@ -37,7 +37,7 @@ from numpy.typing import NDArray
 from pipeline.sim import compiled
 from pipeline.sim.config import EngineConfig
 from pipeline.sim.decode_run import step_ends
-from pipeline.sim.engine import CostModel, _Engine, _validate
+from pipeline.sim.engine import CostModel, _Engine, _load, _validate
 from pipeline.sim.result import SimResult
 
 ROUTING = ("round-robin", "least-loaded")
@@ -162,9 +162,12 @@ class ReplicaEngine(_Engine):
         if record:
             self.cost = _Recorder(self, cost)
 
-    def add(self, gid: int, arrival: float, prompt: int, out: int, cached: int) -> None:
+    def add(
+        self, gid: int, arrival: float, prompt: int, out: int, cached: int, load: float = 0.0
+    ) -> None:
         r = len(self.arr)
         cached = min(cached, max(prompt - 1, 0))
+        self.load.append(load)
         self.arr.append(arrival)
         self.order.append(r)
         self.prompt.append(prompt)
@@ -180,10 +183,11 @@ class ReplicaEngine(_Engine):
         self.ids.append(gid)
 
     def add_many(self, gid: NDArray, arrival: NDArray, prompt: NDArray, out: NDArray,
-                 cached: NDArray) -> None:  # fmt: skip
+                 cached: NDArray, load: NDArray) -> None:  # fmt: skip
         """``add`` for many requests at once (in arrival order)."""
         r, m = len(self.arr), len(gid)
         cached = np.minimum(cached, np.maximum(prompt - 1, 0))
+        self.load.extend(load.tolist())
         self.arr.extend(arrival.tolist())
         self.order.extend(range(r, r + m))
         for lst, v in ((self.prompt, prompt), (self.out, out), (self.cached, cached),
@@ -273,7 +277,9 @@ class StaticEngine:
         self.seg_dec_count: list[int] = []
         self.log = _StepLog() if record else None
 
-    def add(self, gid: int, arrival: float, prompt: int, out: int, cached: int = 0) -> None:
+    def add(
+        self, gid: int, arrival: float, prompt: int, out: int, cached: int = 0, load: float = 0.0
+    ) -> None:
         self.arr.append(arrival)
         self.prompt.append(prompt)
         self.out.append(out)
@@ -284,7 +290,7 @@ class StaticEngine:
         self.seg_dec_count.append(0)
 
     def add_many(self, gid: NDArray, arrival: NDArray, prompt: NDArray, out: NDArray,
-                 cached: NDArray) -> None:  # fmt: skip
+                 cached: NDArray, load: NDArray) -> None:  # fmt: skip
         for a in zip(gid.tolist(), arrival.tolist(), prompt.tolist(), out.tolist(), strict=True):
             self.add(*a)
 
@@ -425,17 +431,24 @@ def simulate_pool(
     pool: Pool,
     cached: NDArray | None = None,
     *,
+    load: NDArray | None = None,
     fast: bool = True,
     record_steps: bool = False,
     subset: NDArray | None = None,
 ) -> PoolResult:
-    """Route and simulate the requests (``subset`` of the global indices, default all)."""
+    """Route and simulate the requests (``subset`` of the global indices, default all).
+
+    ``load``: seconds per request that the step admitting it is held up (engine.simulate's
+    ``load_seconds``: a disaggregated decode server pulling the prompt's KV)."""
     arrival = np.asarray(arrival, dtype=np.float64)
     prompt = np.asarray(prompt, dtype=np.int64)
     output = np.asarray(output, dtype=np.int64)
     n = len(arrival)
     cached = np.zeros(n, np.int64) if cached is None else np.asarray(cached, np.int64)
     idx = np.arange(n) if subset is None else np.asarray(subset, dtype=np.int64)
+    load = _load(load, n)
+    if pool.static_batch is not None and load[idx].any():
+        raise ValueError("static batching does not model KV moved in at admission (load)")
     if pool.static_batch is None:
         _validate(arrival[idx], prompt[idx], output[idx], cached[idx], pool.config)
     order = idx[np.argsort(arrival[idx], kind="stable")]
@@ -443,15 +456,15 @@ def simulate_pool(
     local = np.full(n, -1, dtype=np.int64)
     independent = pool.routing == "round-robin" or pool.replicas == 1
     if fast and pool.static_batch is None and compiled.eligible(pool.cost):
-        return _compiled_pool(arrival, prompt, output, cached, pool, order, record_steps)
+        return _compiled_pool(arrival, prompt, output, cached, load, pool, order, record_steps)
     engines = [_engine(pool, fast, record_steps) for _ in range(pool.replicas)]
     if independent:
         for j, e in enumerate(engines):
             sub = order[j :: pool.replicas]
             local[sub], replica[sub] = np.arange(len(sub)), j
-            e.add_many(sub, arrival[sub], prompt[sub], output[sub], cached[sub])
+            e.add_many(sub, arrival[sub], prompt[sub], output[sub], cached[sub], load[sub])
     else:  # least outstanding requests at arrival
-        a_l, p_l, o_l, c_l = (x.tolist() for x in (arrival, prompt, output, cached))
+        a_l, p_l, o_l, c_l, l_l = (x.tolist() for x in (arrival, prompt, output, cached, load))
         for g in order.tolist():
             t = a_l[g]
             best, best_load = 0, None
@@ -462,7 +475,7 @@ def simulate_pool(
                     best, best_load = j, load
             e = engines[best]
             local[g], replica[g] = len(e.ids), best
-            e.add(g, t, p_l[g], o_l[g], c_l[g])
+            e.add(g, t, p_l[g], o_l[g], c_l[g], l_l[g])
     servers, ids, steps = [], [], []
     for e in engines:
         e.advance(math.inf)
@@ -474,15 +487,15 @@ def simulate_pool(
 
 
 def _compiled_pool(
-    arrival: NDArray, prompt: NDArray, output: NDArray, cached: NDArray, pool: Pool,
-    order: NDArray, record_steps: bool,
+    arrival: NDArray, prompt: NDArray, output: NDArray, cached: NDArray, load: NDArray,
+    pool: Pool, order: NDArray, record_steps: bool,
 ) -> PoolResult:  # fmt: skip
     """All servers in one compiled kernel call (routing included)."""
     n = len(arrival)
     c = np.minimum(cached, np.maximum(prompt - 1, 0))
     route, per = compiled.run_pool(
         arrival, order, prompt, output, c, pool.replicas, pool.routing == "least-loaded",
-        pool.config, pool.cost, record=record_steps,
+        pool.config, pool.cost, record=record_steps, load=load,
     )  # fmt: skip
     local = np.full(n, -1, dtype=np.int64)
     servers, ids, steps = [], [], []

@@ -122,11 +122,13 @@ def run(
     cost: Any,
     *,
     record: bool = False,
+    load: F64 | None = None,
 ) -> tuple[SimResult, dict[str, np.ndarray] | None]:
     """Simulate one server (``cached`` already clipped below the prompt); results indexed by
     request, and the step log when ``record`` (columns of
-    :data:`pipeline.sim.cluster.STEP_COLUMNS`, in step order)."""
-    raw = _simulate(arr, order, prompt, out, cached, 1, False, config, cost, record)
+    :data:`pipeline.sim.cluster.STEP_COLUMNS`, in step order). ``load``: engine.simulate's
+    ``load_seconds``."""
+    raw = _simulate(arr, order, prompt, out, cached, 1, False, config, cost, record, load)
     return _server(raw, 0, np.arange(len(arr)), record)
 
 
@@ -142,12 +144,15 @@ def run_pool(
     cost: Any,
     *,
     record: bool = False,
+    load: F64 | None = None,
 ) -> tuple[I64, list[tuple[I64, SimResult, dict[str, np.ndarray] | None]]]:
     """Route ``order`` (arrival order) to ``servers`` servers, round robin or to the fewest
     outstanding requests at arrival, and simulate them. Returns each request's server (-1 when
     not in ``order``) and per server: the requests it got (arrival order, i.e. local index ->
     request), its SimResult indexed locally, and its step log."""
-    raw = _simulate(arr, order, prompt, out, cached, servers, least_loaded, config, cost, record)
+    raw = _simulate(
+        arr, order, prompt, out, cached, servers, least_loaded, config, cost, record, load
+    )
     route = raw[1]
     on = route[order]
     per = []
@@ -160,7 +165,7 @@ def run_pool(
 
 def _simulate(
     arr: F64, order: I64, prompt: I64, out: I64, cached: I64, servers: int, least_loaded: bool,
-    config: EngineConfig, cost: Any, record: bool,
+    config: EngineConfig, cost: Any, record: bool, load: F64 | None,
 ) -> tuple:  # fmt: skip
     table = cost_table(cost)
     if table is None:
@@ -168,10 +173,11 @@ def _simulate(
     params, phase = table
     a = np.ascontiguousarray(arr, dtype=np.float64)
     ints = [np.ascontiguousarray(x, dtype=np.int64) for x in (order, prompt, out, cached)]
+    ld = np.zeros(len(a)) if load is None else np.ascontiguousarray(load, dtype=np.float64)
     caps = initial_caps(len(ints[0]), int(np.sum(ints[2][ints[0]])), servers)
     cf = _config_ints(config, phase)
     while True:
-        raw = _kernel()(*([a, *ints]), servers, least_loaded, cf, params, record, caps)
+        raw = _kernel()(*([a, *ints]), ld, servers, least_loaded, cf, params, record, caps)
         if raw[0] != FULL:
             break
         caps *= 2

@@ -62,13 +62,18 @@ def simulate(
     cost: CostModel,
     cached_tokens: ArrayLike | None = None,
     *,
+    load_seconds: ArrayLike | None = None,
     fast: bool = True,
 ) -> SimResult:
     """Simulate one server over all requests.
 
     ``fast``: the compiled step loop (:mod:`pipeline.sim.compiled`) where the cost model has one,
     else the Python engine with closed-form decode runs; ``fast=False`` is the Python engine one
-    step at a time (the reference both fast paths are tested against)."""
+    step at a time (the reference both fast paths are tested against).
+
+    ``load_seconds``: per request, seconds the step that first admits it is held up by moving
+    its cached KV in (a disaggregated decode instance pulls a prompt's KV from the prefill
+    instance between its steps: DistServe's decode loop awaits each migration); default none."""
     arr = np.asarray(arrival, dtype=np.float64)
     prompt = np.asarray(prompt_tokens, dtype=np.int64)
     out = np.asarray(output_tokens, dtype=np.int64)
@@ -77,10 +82,18 @@ def simulate(
     _validate(arr, prompt, out, cached, config)
     # A prompt is never fully served from cache: the last token is recomputed for its logits.
     cached = np.minimum(cached, np.maximum(prompt - 1, 0))
+    load = _load(load_seconds, n)
     if fast and compiled.eligible(cost):
         order = np.argsort(arr, kind="stable")
-        return compiled.run(arr, order, prompt, out, cached, config, cost)[0]
-    return _Engine(arr, prompt, out, cached, config, cost).run(fast)
+        return compiled.run(arr, order, prompt, out, cached, config, cost, load=load)[0]
+    return _Engine(arr, prompt, out, cached, config, cost, load).run(fast)
+
+
+def _load(load_seconds: ArrayLike | None, n: int) -> F64:
+    load = np.zeros(n) if load_seconds is None else np.asarray(load_seconds, np.float64)
+    if load.shape != (n,) or (n and not (np.all(np.isfinite(load)) and load.min() >= 0)):
+        raise ValueError("load_seconds must be one finite, non-negative value per request")
+    return load
 
 
 def _validate(arr: F64, prompt: I64, out: I64, cached: I64, config: EngineConfig) -> None:
@@ -107,7 +120,14 @@ class _Engine:
     """Mutable state of one simulation (a class only to keep the step logic readable)."""
 
     def __init__(
-        self, arr: F64, prompt: I64, out: I64, cached: I64, config: EngineConfig, cost: CostModel
+        self,
+        arr: F64,
+        prompt: I64,
+        out: I64,
+        cached: I64,
+        config: EngineConfig,
+        cost: CostModel,
+        load: F64 | None = None,
     ) -> None:
         self.cfg, self.cost = config, cost
         # Steps with prefill work run no decodes: vLLM v0 (unchunked, unmixed), SGLang (chunked).
@@ -120,6 +140,7 @@ class _Engine:
         self.order = np.argsort(arr, kind="stable").tolist()
         self.prompt, self.out, self.cached = prompt.tolist(), out.tolist(), cached.tolist()
         n = len(self.arr)
+        self.load = [0.0] * n if load is None else load.tolist()  # see simulate's load_seconds
         self.p_eff = list(self.prompt)  # tokens to prefill: prompt (+ generated, after preemption)
         self.done = list(self.cached)  # tokens whose KV exists in the current prefill
         self.emitted = [0] * n
@@ -296,6 +317,7 @@ class _Engine:
                 self.used += need
                 chunks.append((r, todo, self.done[r]))
                 budget -= todo
+        loading = 0.0  # KV moved in for requests admitted for the first time (load_seconds)
         if not preempted:
             while self._head_admissible(self.total_blocks - self.used, budget):
                 r = self.waiting.popleft()
@@ -307,6 +329,7 @@ class _Engine:
                 self.prefilling[r] = None
                 if self.scheduled[r] != self.scheduled[r]:
                     self.scheduled[r] = t
+                    loading += self.load[r]
                 chunks.append((r, todo, self.done[r]))
                 budget -= todo
         if not dec_count and not chunks:
@@ -319,7 +342,7 @@ class _Engine:
             pairs += todo * (before + todo / 2.0)
             kv += before + todo
             score += todo * todo
-        dt = self.cost.time_of(tokens, dec_count + len(chunks), pairs, kv, score)
+        dt = self.cost.time_of(tokens, dec_count + len(chunks), pairs, kv, score) + loading
         t_end = t + dt
         self.steps += 1
         self.busy += dt
