@@ -142,10 +142,12 @@ def test_distserve_vllm_leave_one_run_out(tmp_path) -> None:
 @needs_shared
 def test_distserve_disaggregated_leave_one_run_out(tmp_path) -> None:
     """DistServe's own runs (prefill TP2 + decode TP1, 3-9 req/s), described by the shipped run
-    manifest's [disaggregation] keys and calibrated as such. Measured (docs/accuracy.md): in
-    sample median |error| TTFT 2.4 %, TPOT 1.6 % (worst 5.7 / 7.1 %); held out TTFT 7.2 %,
-    TPOT 8.4 % (worst 15.6 / 16.9 %): the TTFT targets (10 % / 25 %) are met, the TPOT ones
-    (5 % / 10 %) are not. Pinned at today's figures."""
+    manifest's [disaggregation] keys and calibrated as such, the decode instance pulling each
+    prompt's KV inside the step that admits it at a fitted share of the link. Measured
+    (docs/accuracy.md): in sample median |error| TTFT 3.0 %, TPOT 0.8 % (worst 6.4 / 8.0 %);
+    held out TTFT 6.9 %, TPOT 6.9 % (worst 13.6 / 9.4 %; with the pull as latency only it was
+    7.2 / 8.4 %, worst 15.6 / 16.9 %): the TTFT targets (10 % / 25 %) and the TPOT worst (10 %)
+    are met, the TPOT median (5 %) is not. Pinned at today's figures."""
     from tests.conftest import REPO
 
     layout = Layout(tmp_path / "wh")
@@ -160,11 +162,14 @@ def test_distserve_disaggregated_leave_one_run_out(tmp_path) -> None:
     # The decode instance's KV lands inside one A100-80GB's sizing range (50-100 % of it).
     assert 30_000 < cals[0].kv_tokens < 66_000
     s = summary(rows, "in-sample")
-    assert s["ttft_median_abs_error"] < 0.03 and s["tpot_median_abs_error"] < 0.02
-    assert s["ttft_worst_abs_error"] < 0.06 and s["tpot_worst_abs_error"] < 0.075
+    assert s["ttft_median_abs_error"] < 0.035 and s["tpot_median_abs_error"] < 0.02
+    assert s["ttft_worst_abs_error"] < 0.07 and s["tpot_worst_abs_error"] < 0.085
     s = summary(rows, "leave-one-run-out")
-    assert s["ttft_median_abs_error"] < 0.075 and s["tpot_median_abs_error"] < 0.09
-    assert s["ttft_worst_abs_error"] < 0.16 and s["tpot_worst_abs_error"] < 0.175
+    assert s["ttft_median_abs_error"] < 0.075 and s["tpot_median_abs_error"] < 0.075
+    assert s["ttft_worst_abs_error"] < 0.145 and s["tpot_worst_abs_error"] < 0.10
+    # The pull runs at a fitted share of the manifest's 300 GB/s (0.112 on all three runs).
+    assert cals[0].status["kv_link_share"] == "fitted"
+    assert 0.02 < cals[0].values["kv_link_share"] < 0.5
 
 
 def test_manifest_disaggregation_is_checked(tmp_path) -> None:

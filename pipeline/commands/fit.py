@@ -150,6 +150,15 @@ def describe(cal) -> str:
         else:
             parts.append(f"{label} {st} ({v * scale:.3g}{unit})")
     parts.append(f"KV {cal.kv_tokens:,} tokens ({cal.kv_status})")
+    st = cal.status.get("kv_link_share", "not used")
+    if st != "not used":  # disaggregated: the share of the manifest's KV link achieved
+        v, ci = cal.values["kv_link_share"], cal.ci["kv_link_share"]
+        bw = float(cal.deployment.disagg().get("kv_bandwidth_gbps", 25.0))
+        rate = f"{v * bw:.3g} GB/s of {bw:.3g}"
+        if st == "fitted" and ci:
+            parts.append(f"KV link {v:.3g} [{ci[0]:.3g}, {ci[1]:.3g}] ({rate})")
+        else:
+            parts.append(f"KV link {st} ({v:.3g}: {rate})")
     return (
         f"calibrated {cal.deployment.label()}: scheduler {cal.scheduler} ({cal.scheduler_source}), "
         f"{cal.runs} run(s), {cal.requests:,} requests, {cal.seconds:.1f} s | " + ", ".join(parts)

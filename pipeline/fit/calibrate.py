@@ -53,15 +53,22 @@ SCHEDULER_DOC = {
     "sglang": "SGLang default: chunked prefill batches run alone (no mixed chunks), then decodes",
     "distserve": "DistServe: a prefill instance batching prompts, KV transfer, a decode instance",
 }
-PARAMS = ("mfu", "mbu", "overlap", "step_overhead_s", "seq_overhead_s", "kv_margin")
+PARAMS = (
+    "mfu", "mbu", "overlap", "step_overhead_s", "seq_overhead_s", "kv_margin", "kv_link_share",
+)  # fmt: skip
 # kv_margin may go 20 % below the log's peak: at capacity that peak overstates what was held
 # (a preempted request still counts between its first token and its finish, and tokens are
 # spread at each request's mean rate). DistServe's reference is a sizing, not a peak: 0 there.
 KV_BELOW_PEAK = -0.2
-LOWER = np.array([0.02, 0.02, 0.0, 0.0, 0.0, KV_BELOW_PEAK])
-UPPER = np.array([1.0, 1.0, 1.0, 0.1, 0.01, 1.0])
-START = np.array([0.5, 0.7, 0.5, 5e-3, 2e-4, 0.05])
-SCALE = np.array([0.1, 0.1, 0.2, 3e-3, 2e-4, 0.05])
+# kv_link_share (disaggregated only): the achieved share of the manifest's kv_bandwidth_gbps.
+# DistServe's decode instance pulls each prompt's KV between its steps, so the pull holds up
+# the decode batch; a link rated by its peak (NVLink's 300 GB/s each way) is not what a
+# block-by-block copy achieves. Colocated deployments move no KV: it stays at 1, not fitted.
+LOWER = np.array([0.02, 0.02, 0.0, 0.0, 0.0, KV_BELOW_PEAK, 0.01])
+UPPER = np.array([1.0, 1.0, 1.0, 0.1, 0.01, 1.0, 1.0])
+START = np.array([0.5, 0.7, 0.5, 5e-3, 2e-4, 0.05, 0.5])
+SCALE = np.array([0.1, 0.1, 0.2, 3e-3, 2e-4, 0.05, 0.1])
+KV, LINK = PARAMS.index("kv_margin"), PARAMS.index("kv_link_share")
 PERCENTILES = (50.0, 90.0)
 
 
@@ -286,14 +293,25 @@ def simulate_run(
     return _simulate(step_cost(dep, v), cfg, run)
 
 
+def kv_pull_seconds(dep: Deployment, prompt: NDArray[np.int64], share: float) -> F64:
+    """Seconds a disaggregated decode instance spends pulling each prompt's KV: the manifest's
+    ``kv_latency_s`` + bytes / (``share`` x ``kv_bandwidth_gbps``)."""
+    d = dep.disagg()
+    bw = float(d.get("kv_bandwidth_gbps", 25.0)) * 1e9 * share
+    per_token = kv_bytes_per_token(catalog.model(dep.model), dep.kv_dtype)
+    return float(d.get("kv_latency_s", 1e-3)) + per_token * prompt / bw
+
+
 def _simulate_disaggregated(
     v: dict[str, float], dep: Deployment, run: Run, kv: int, longest: int
 ) -> tuple[F64, F64]:
     """DistServe: prompts batch on the prefill instance (prefill-only steps, which emit the first
-    token); each prompt's KV then crosses the link (latency + bytes / bandwidth) to the decode
-    instance, which admits it with the prompt cached: one step computes the first token's KV
-    and emits the second, then it decodes with the others (continuous batching). The same
-    efficiencies and overheads price both instances; their tensor parallelism differs."""
+    token); the decode instance then admits each with its prompt cached, pulling the prompt's KV
+    across the link (:func:`kv_pull_seconds`) inside the step that admits it: DistServe's decode
+    loop awaits each migration before its next step, so the pull holds up the whole batch, not
+    only the request. That step computes the first token's KV and emits the second, then the
+    request decodes with the others (continuous batching). The same efficiencies and overheads
+    price both instances; their tensor parallelism differs."""
     d = dep.disagg()
     ptp, dtp = int(d.get("prefill_tp", dep.gpu_count)), int(d.get("decode_tp", dep.gpu_count))
     model, gpu = catalog.model(dep.model), catalog.gpu(dep.gpu)
@@ -312,10 +330,7 @@ def _simulate_disaggregated(
         run.arrival, run.prompt, np.minimum(run.output, 1), p_cfg, step_cost(dep, v, ptp)
     )
     first = pre.first_token
-    bw = float(d.get("kv_bandwidth_gbps", 25.0)) * 1e9
-    transfer = float(d.get("kv_latency_s", 1e-3)) + kv_bytes_per_token(model, dep.kv_dtype) * (
-        run.prompt / bw
-    )
+    pull = kv_pull_seconds(dep, run.prompt, v.get("kv_link_share", 1.0))
     fin = first.copy()
     many = run.output > 1
     if many.any():
@@ -326,12 +341,13 @@ def _simulate_disaggregated(
             chunked_prefill=True,
         )
         dec = simulate(
-            (first + transfer)[many],
+            first[many],
             run.prompt[many] + 1,
             run.output[many] - 1,
             d_cfg,
             step_cost(dep, v, dtp),
             cached_tokens=run.prompt[many],
+            load_seconds=pull[many],
         )
         fin[many] = dec.finish
     return first - run.arrival, fin - run.arrival
@@ -433,7 +449,7 @@ def calibrate(
         kv_tokens = int(runs[0].kv_tokens or 0)
     elif best == "distserve" and status["kv_margin"] != "fitted":
         kv_status = status["kv_margin"]  # a bound of the sizing range, or not identifiable
-    elif status["kv_margin"] == "at bound" and values["kv_margin"] <= LOWER[5] + 1e-9:
+    elif status["kv_margin"] == "at bound" and values["kv_margin"] <= LOWER[KV] + 1e-9:
         kv_status = "at bound"  # 20 % below the log's peak: the model wants it smaller still
     elif status["kv_margin"] in ("not identifiable", "at bound"):
         # The log never came near its capacity: it is at least its peak. Replaying more load
@@ -547,14 +563,17 @@ def _fit(
     longest = _longest(runs)
     lower, upper = LOWER.copy(), UPPER.copy()
     if scheduler == "distserve":
-        lower[5] = 0.0  # the reference is a sizing (50-100 % of it), not a peak held
+        lower[KV] = 0.0  # the reference is a sizing (50-100 % of it), not a peak held
     free = np.ones(len(PARAMS), bool)
     if kv_fixed:  # recorded: the margin is not a parameter
-        free[5] = False
+        free[KV] = False
+    if scheduler != "distserve":  # no KV crosses a link: the share is not a parameter
+        free[LINK] = False
+        lower[LINK] = upper[LINK]
     lo, hi = lower / SCALE, upper / SCALE
     z_fixed = np.clip((START if x_start is None else x_start) / SCALE, lo, hi)
     if kv_fixed:
-        z_fixed[5] = lo[5]
+        z_fixed[KV] = lo[KV]
 
     def x_of(zf: F64) -> F64:
         z = z_fixed.copy()
@@ -586,8 +605,9 @@ def _fit(
         rs, frac, evals = plan[stage]
         cost = cost_on(rs)
         z, best, left = _simplex_search(cost, z, frac, int(evals), simplex)
-        if stage == "coarse" and free[5]:
-            zk = _kv_profile(cost, z, best, lo[5], hi[5], simplex)
+        if stage == "coarse" and free[KV]:
+            k = int(free[:KV].sum())  # the margin's position among the free parameters
+            zk = _kv_profile(cost, z, k, best, lo[KV], hi[KV], simplex)
             if not np.array_equal(zk, z):  # a capacity of its own: settle the others there
                 z, best, _ = _simplex_search(cost, zk, frac, max(left, int(evals) // 4), simplex)
     x = x_of(z)
@@ -604,7 +624,7 @@ def _fit(
     res = SimpleNamespace(x=x, fun=f0, jac=jac, cost=cost, lower=lower, upper=upper)
     if kv_fixed:
         res.upper = upper.copy()
-        res.upper[5] = lower[5]
+        res.upper[KV] = lower[KV]
     return res, peak, kv_fixed
 
 
@@ -636,7 +656,7 @@ KV_STEPS = (-0.15, -0.1, -0.05, 0.05, 0.1)  # kv_margin offsets tried around the
 KV_EVALS = 40  # evaluations re-fitting the other parameters at each
 
 
-def _kv_profile(cost: Any, z: F64, best: float, lo: float, hi: float, simplex: Any) -> F64:
+def _kv_profile(cost: Any, z: F64, k: int, best: float, lo: float, hi: float, simplex: Any) -> F64:
     """Profile the KV capacity: at a few margins around the coarse optimum, re-fit the other
     parameters from there (a short, small simplex) and keep the best.
 
@@ -644,30 +664,32 @@ def _kv_profile(cost: Any, z: F64, best: float, lo: float, hi: float, simplex: A
     faster, gives the same throughput), and a capacity step moves whole requests across the
     admission cliff, so a simplex over all six parameters stalls at the margin it started from:
     DistServe's vLLM at 4 req/s stayed at +5 % over its log's peak (TPOT +12 / +19 % at
-    p50 / p90) where -5 % gives +1 / +2 % with TTFT within 4 %."""
-    scale = SCALE[5]
-    m0 = z[-1] * scale
+    p50 / p90) where -5 % gives +1 / +2 % with TTFT within 4 %. ``k``: the margin's position
+    in the free parameters ``z``."""
+    scale = SCALE[KV]
+    m0 = z[k] * scale
     tried = {round(min(max(m0 + d, lo * scale), hi * scale), 6) for d in KV_STEPS} - {round(m0, 6)}
+    others = np.delete(z, k)
     for m in sorted(tried):
         zm = m / scale
 
         def at(zo: F64, zm: float = zm) -> float:
-            return float(cost(np.append(zo, zm)))
+            return float(cost(np.insert(zo, k, zm)))
 
         r = minimize(
             at,
-            z[:-1],
+            others,
             method="Nelder-Mead",
-            options={"initial_simplex": simplex(z[:-1], 0.1), "maxfev": KV_EVALS},
+            options={"initial_simplex": simplex(others, 0.1), "maxfev": KV_EVALS},
         )
         if r.fun < best:
-            best, z = float(r.fun), np.append(r.x, zm)
+            best, z = float(r.fun), np.insert(r.x, k, zm)
     return z
 
 
 def _summarise(res: Any, kv_fixed: bool) -> tuple[dict, dict, dict]:
     x = res.x
-    m, p = len(res.fun), len(x)
+    m, p = len(res.fun), int(np.sum(res.upper > res.lower))  # p: the parameters fitted
     jac = res.jac
     try:
         s2 = float(np.sum(res.fun**2)) / max(m - p, 1)
@@ -681,6 +703,9 @@ def _summarise(res: Any, kv_fixed: bool) -> tuple[dict, dict, dict]:
         lo, hi = res.lower[i], res.upper[i]
         if name == "kv_margin" and kv_fixed:
             ci[name], status[name] = None, "recorded"
+            continue
+        if lo == hi:  # frozen: not a parameter of this deployment (kv_link_share colocated)
+            ci[name], status[name] = None, "not used"
             continue
         width = (hi - lo) * 1e-3
         at_bound = x[i] - lo <= width or hi - x[i] <= width

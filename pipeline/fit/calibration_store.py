@@ -117,7 +117,10 @@ def calibration_rows(cals: list[Calibration]) -> pa.Table:
             "loss": c.loss,
             "fit_seconds": c.seconds,
         }
-        for name in ("mfu", "mbu", "overlap", "step_overhead_s", "seq_overhead_s"):
+        names = ["mfu", "mbu", "overlap", "step_overhead_s", "seq_overhead_s"]
+        if c.status.get("kv_link_share", "not used") != "not used":
+            names.append("kv_link_share")  # disaggregated: the KV link's achieved share
+        for name in names:
             ci = c.ci.get(name)
             rows.append(
                 {

@@ -5,12 +5,16 @@ parallelism, servers, scheduler and the cost model of every pool. :func:`simulat
 it on :mod:`pipeline.sim.cluster` (colocated servers, or a prefill pool and a decode pool with a
 KV transfer in between) and returns a :class:`ReplayResult`.
 
-Disaggregation: a request is prefilled on a prefill server (which emits its first token), its
-prompt's KV then travels at ``kv_bandwidth_gbps`` (+ ``kv_latency_s``) to a decode server, which
-admits it with the prompt already cached: one step computes the first token's KV and emits the
-second token, then it decodes as usual. TTFT comes from the prefill server, TPOT and E2E from
-the decode server. A decode server that preempts a request recomputes only the generated tokens
-(the transferred prompt is treated as still cached), which is optimistic.
+Disaggregation: a request is prefilled on a prefill server (which emits its first token), then
+a decode server admits it with the prompt already cached, pulling the prompt's KV at
+``kv_bandwidth_gbps`` (+ ``kv_latency_s``) inside the step that admits it (as DistServe's decode
+loop does, and as `pipeline fit` models a recorded DistServe deployment: the pull holds up the
+whole decode batch). ``kv_bandwidth_gbps`` is what the copy achieves, not the link's peak: on
+DistServe's runs `pipeline fit` reports the achieved share (``kv_link_share``). That step
+computes the first token's KV and emits the second token, then it decodes as usual. TTFT comes
+from the prefill server, TPOT and E2E from the decode server. A decode server that preempts a
+request recomputes only the generated tokens (the transferred prompt is treated as still
+cached), which is optimistic.
 """
 
 from __future__ import annotations
@@ -426,11 +430,11 @@ def simulate_scenario(
         )  # fmt: skip
         pools["prefill"] = rp
         kvb = kv_bytes_per_token(scenario.model, scenario.kv_dtype)
-        transfer = scenario.kv_transfer_latency + kvb * prompt / scenario.kv_transfer_bw
-        d_arr = np.where(np.isfinite(rp.first_token), rp.first_token + transfer, 0.0)
+        pull = scenario.kv_transfer_latency + kvb * prompt / scenario.kv_transfer_bw
+        d_arr = np.where(np.isfinite(rp.first_token), rp.first_token, 0.0)
         d_idx = idx[out[idx] > 1]
         rd = simulate_pool(
-            d_arr, prompt + 1, out - 1, d_plan.pool, prompt, fast=fast,
+            d_arr, prompt + 1, out - 1, d_plan.pool, prompt, load=pull, fast=fast,
             record_steps=record_steps, subset=d_idx,
         )  # fmt: skip
         pools["decode"] = rd

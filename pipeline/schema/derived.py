@@ -62,7 +62,12 @@ CALIBRATION: tuple[Column, ...] = (
     Column("scheduler", S, "", "Scheduler replayed: vllm-v0, vllm-v1, ...", nullable=False),
     Column("scheduler_source", S, "", "'recorded' (engine and version) or 'inferred' (best fit)."),
     Column(
-        "parameter", S, "", "mfu, mbu, overlap, step_overhead_s, seq_overhead_s, kv_tokens.", False
+        "parameter",
+        S,
+        "",
+        "mfu, mbu, overlap, step_overhead_s, seq_overhead_s, kv_tokens; kv_link_share where "
+        "disaggregated (achieved share of the manifest's kv_bandwidth_gbps).",
+        False,
     ),
     Column("value", F, "", "Estimate (unit in the parameter's name; efficiencies are fractions)."),
     Column("ci_low", F, "", "95 % interval, from the replay residuals' Jacobian; null if none."),

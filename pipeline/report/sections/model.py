@@ -16,7 +16,9 @@ import polars as pl
 from pipeline.report.context import Context
 from pipeline.report.html import Col, Section, esc, ms, pct, signed_pct, table
 
-PARAMETERS = ("mfu", "mbu", "overlap", "step_overhead_s", "seq_overhead_s", "kv_tokens")
+PARAMETERS = (
+    "mfu", "mbu", "overlap", "step_overhead_s", "seq_overhead_s", "kv_tokens", "kv_link_share",
+)  # fmt: skip
 _HEADERS = {
     "mfu": "MFU",
     "mbu": "MBU",
@@ -24,6 +26,7 @@ _HEADERS = {
     "step_overhead_s": "step overhead (ms)",
     "seq_overhead_s": "per-sequence (ms)",
     "kv_tokens": "KV capacity (tokens)",
+    "kv_link_share": "KV link share (disaggregated)",
 }
 HELD_OUT = ("leave-one-run-out", "second-half")  # splits that score data the fit did not see
 
