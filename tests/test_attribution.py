@@ -194,6 +194,16 @@ def test_cli_compare_json_and_exit_codes(tmp_path):
     con = connect(layout)
     got = con.execute("SELECT count(*), count(DISTINCT metric) FROM attribution").fetchone()
     assert got == (36, 4)
+    # The stored interaction is the CLI's two-way split's, per metric.
+    two = {x["metric"]: x for x in body["workload_vs_efficiency"]}
+    stored = con.execute(
+        "SELECT metric, any_value(workload_at_baseline), any_value(workload_at_candidate), "
+        "any_value(interaction) FROM attribution GROUP BY metric"
+    ).fetchall()
+    for metric, wb, wc, inter in stored:
+        assert wb == pytest.approx(two[metric]["workload_at_baseline_deployment"], rel=1e-12)
+        assert wc == pytest.approx(two[metric]["workload_at_candidate_deployment"], rel=1e-12)
+        assert inter == pytest.approx(wc - wb, rel=1e-9, abs=1e-15)
     r = CliRunner().invoke(
         main, ["attribute", "-w", w, "--baseline", "x = 1", "--candidate", "1=1"]
     )

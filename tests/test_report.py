@@ -247,6 +247,9 @@ def test_attribution_and_claims_from_tables(tmp_path):
                 "contribution": [0.05, 0.02, -0.01],
                 "before": [0.20] * 3,
                 "after": [0.26] * 3,
+                "unit": ["s"] * 3,
+                "workload_at_baseline": [0.03] * 3,
+                "workload_at_candidate": [0.05] * 3,
             },
         ),
     )
@@ -271,6 +274,9 @@ def test_attribution_and_claims_from_tables(tmp_path):
     html = r.path.read_text()
     assert "&lt;b&gt;queue&lt;/b&gt;" in html and "<b>queue</b>" not in html
     assert '<td class="bad">refuted</td>' in html
+    # The interaction is on the page, not only in the JSON: 0.05 - 0.03 s of a 0.06 s change.
+    assert "0.03 s with the baseline's deployment and 0.05 s with the candidate's" in html
+    assert "differ by 0.02 s (33.3 % of the total change)" in html
 
 
 def test_empty_warehouse_exits_3(tmp_path):

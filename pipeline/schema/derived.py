@@ -120,6 +120,19 @@ ATTRIBUTION: tuple[Column, ...] = (
     Column("after", F, "", "Metric at the candidate."),
     Column("block_contribution", F, "", "Contribution of the whole block."),
     Column("block_share", F, "", "block_contribution / total change."),
+    Column(
+        "workload_at_baseline", F, "", "Workload block's effect with the baseline's deployment."
+    ),
+    Column(
+        "workload_at_candidate", F, "", "Workload block's effect with the candidate's deployment."
+    ),
+    Column(
+        "interaction",
+        F,
+        "",
+        "workload_at_candidate - workload_at_baseline: how much the blocks' effects depend on "
+        "each other (the symmetric split averages it away; shown so it is not hidden).",
+    ),
     Column("baseline", S, "", "The baseline slice as given."),
     Column("candidate", S, "", "The candidate slice as given."),
     Column("method", S, "", "How the counterfactuals were computed."),

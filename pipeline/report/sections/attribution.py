@@ -97,7 +97,26 @@ def render(ctx: Context, frame: pl.DataFrame, metric: str = "metric") -> str:
         cols.append(Col("contribution", f"contribution ({UNITS.get(metric, '')})", sci, True))
     if "share" in frame.columns:
         cols.append(Col("share", "share of change", pct, True))
-    return ctx.chart(chart, f"attribution of {metric}") + table(frame, cols)
+    return ctx.chart(chart, f"attribution of {metric}") + table(frame, cols) + _interaction(frame)
+
+
+def _interaction(frame: pl.DataFrame) -> str:
+    """The workload block's effect at either end's deployment, and their difference: the
+    symmetric (Shapley) split shows the mean of the two, so a large interaction means the
+    factors' shares depend on the order they are changed in."""
+    wb, wc = _scalar(frame, "workload_at_baseline"), _scalar(frame, "workload_at_candidate")
+    if wb is None or wc is None:
+        return ""
+    unit = str(frame["unit"][0]) if "unit" in frame.columns and frame.height else ""
+    inter = wc - wb
+    total = (_scalar(frame, "after") or 0.0) - (_scalar(frame, "before") or 0.0)
+    rel = f" ({pct(abs(inter) / abs(total))} of the total change)" if total else ""
+    return (
+        f"<p class='note'>Interaction: the workload's effect is {sci(wb)} {esc(unit)} with the "
+        f"baseline's deployment and {sci(wc)} {esc(unit)} with the candidate's; they differ by "
+        f"{sci(inter)} {esc(unit)}{rel}. The bars split that difference evenly between the "
+        "workload and efficiency blocks.</p>"
+    )
 
 
 def _scalar(frame: pl.DataFrame, col: str) -> float | None:
