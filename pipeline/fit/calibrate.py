@@ -41,7 +41,9 @@ from pipeline import catalog
 from pipeline.physics import StepCost, kv_bytes_per_token
 from pipeline.schema import deployment as deployment_key
 from pipeline.schema.latency import latencies
+from pipeline.sim.cluster import Pool
 from pipeline.sim.config import VLLM_V0_WATERMARK, EngineConfig, kv_capacity_tokens
+from pipeline.sim.disaggregated import simulate_disaggregated
 from pipeline.sim.engine import simulate
 
 F64 = NDArray[np.float64]
@@ -326,30 +328,21 @@ def _simulate_disaggregated(
         chunked_prefill=False,
         mixed_prefill=False,
     )
-    pre = simulate(
-        run.arrival, run.prompt, np.minimum(run.output, 1), p_cfg, step_cost(dep, v, ptp)
+    d_cfg = EngineConfig(
+        kv_capacity_tokens=max(kv, longest + 16),
+        max_num_seqs=dep.max_num_seqs or 256,
+        max_batched_tokens=max(dep.max_batched_tokens or 8192, 256),
+        chunked_prefill=True,
     )
-    first = pre.first_token
-    pull = kv_pull_seconds(dep, run.prompt, v.get("kv_link_share", 1.0))
-    fin = first.copy()
-    many = run.output > 1
-    if many.any():
-        d_cfg = EngineConfig(
-            kv_capacity_tokens=max(kv, longest + 16),
-            max_num_seqs=dep.max_num_seqs or 256,
-            max_batched_tokens=max(dep.max_batched_tokens or 8192, 256),
-            chunked_prefill=True,
-        )
-        dec = simulate(
-            first[many],
-            run.prompt[many] + 1,
-            run.output[many] - 1,
-            d_cfg,
-            step_cost(dep, v, dtp),
-            cached_tokens=run.prompt[many],
-            load_seconds=pull[many],
-        )
-        fin[many] = dec.finish
+    res = simulate_disaggregated(
+        run.arrival,
+        run.prompt,
+        run.output,
+        Pool(p_cfg, step_cost(dep, v, ptp)),
+        Pool(d_cfg, step_cost(dep, v, dtp)),
+        kv_pull_seconds(dep, run.prompt, v.get("kv_link_share", 1.0)),
+    )
+    first, fin = res.first_token, res.finish
     return first - run.arrival, fin - run.arrival
 
 

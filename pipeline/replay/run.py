@@ -43,6 +43,7 @@ from pipeline.sim.config import (
     default_token_budget,
     kv_capacity_tokens,
 )
+from pipeline.sim.disaggregated import simulate_disaggregated
 from pipeline.warehouse.arrow import polars_schema
 
 NAN = float("nan")
@@ -424,23 +425,15 @@ def simulate_scenario(
             server[i] = labels[rep[i]]
     else:
         p_plan, d_plan = scenario.pools
-        rp = simulate_pool(
-            arr, prompt, np.minimum(out, 1), p_plan.pool, cached, fast=fast,
-            record_steps=record_steps, subset=idx,
-        )  # fmt: skip
-        pools["prefill"] = rp
         kvb = kv_bytes_per_token(scenario.model, scenario.kv_dtype)
         pull = scenario.kv_transfer_latency + kvb * prompt / scenario.kv_transfer_bw
-        d_arr = np.where(np.isfinite(rp.first_token), rp.first_token, 0.0)
-        d_idx = idx[out[idx] > 1]
-        rd = simulate_pool(
-            d_arr, prompt + 1, out - 1, d_plan.pool, prompt, load=pull, fast=fast,
-            record_steps=record_steps, subset=d_idx,
+        dis = simulate_disaggregated(
+            arr, prompt, out, p_plan.pool, d_plan.pool, pull, cached, subset=idx, fast=fast,
+            record_steps=record_steps,
         )  # fmt: skip
-        pools["decode"] = rd
-        sched[idx], first[idx] = rp.scheduled[idx], rp.first_token[idx]
-        fin[idx] = rp.finish[idx]
-        fin[d_idx] = rd.finish[d_idx]
+        rp, rd, d_idx = dis.prefill, dis.decode, dis.decoded
+        pools["prefill"], pools["decode"] = rp, rd
+        sched[idx], first[idx], fin[idx] = rp.scheduled[idx], dis.first_token[idx], dis.finish[idx]
         pre_n[idx] = rp.preemptions[idx]
         pre_n[d_idx] += rd.preemptions[d_idx]
         for i in idx.tolist():
