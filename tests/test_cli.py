@@ -98,9 +98,11 @@ def _examples(help_text: str, name: str) -> list[list[str]]:
 def test_every_command_has_help_with_an_example(cli_env):
     """Each --help shows at least one example invocation, and every option an example uses
     is one the command accepts (the usage line alone does not count)."""
-    from pipeline.cli import main
+    from pipeline.cli import all_commands
 
-    for name, cmd in main.commands.items():
+    commands = all_commands()
+    assert len(commands) == 12, sorted(commands)  # loaded lazily by `main`: all of them here
+    for name, cmd in commands.items():
         r = run([name, "--help"], cli_env)
         assert r.returncode == 0, name
         examples = _examples(r.stdout, name)

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli import main
+from pipeline.cli import all_commands, main
 from pipeline.commands.options import OUTPUT_FORMATS
 from tests.conftest import record, write_jsonl
 
@@ -25,7 +25,7 @@ def _options(cmd: click.Command) -> dict[str, click.Option]:
 
 def test_every_command_uses_the_words_the_same_way():
     seen = set()
-    for name, cmd in main.commands.items():
+    for name, cmd in all_commands().items():
         opts = _options(cmd)
         if "--format" in opts:  # output, always: its choices are output formats
             p = opts["--format"]
