@@ -24,6 +24,7 @@ from pipeline import __version__
 from pipeline.ingest.validate import validate
 from pipeline.readers.base import conform_requests
 from pipeline.replay.run import ReplayResult
+from pipeline.sim.records import request_frame
 from pipeline.warehouse.derived import write_derived
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.writer import StagedWrite
@@ -57,33 +58,25 @@ def _frame(
     res: ReplayResult, g: np.ndarray, meta: dict[str, Any], token_lists: Any | None
 ) -> pl.DataFrame:
     w = res.workload
-    n = len(g)
-    t0 = w.t0
-    arr = w.arrival[g]
     ok = res.ok[g]
-    cols: dict[str, Any] = {
-        "request_id": [w.request_id[i] for i in g.tolist()],
-        "server": [res.server[i] or None for i in g.tolist()],
-    }
-    for k, v in meta.items():
-        cols[k] = [v] * n
-    cols |= {
-        "prompt_tokens": w.prompt[g],
-        "cached_tokens": w.cached[g],
-        "output_tokens": w.output[g],
-        "clock": [w.clock] * n,
-        "arrival_ts": t0 + arr,
-        "scheduled_ts": t0 + res.scheduled[g],
-        "first_token_ts": t0 + res.first_token[g],
-        "finish_ts": t0 + res.finish[g],
-        "status": np.where(ok, "ok", "error"),
-        "error": np.where(
+    df = request_frame(
+        [w.request_id[i] for i in g.tolist()],
+        meta,
+        server=[res.server[i] or None for i in g.tolist()],
+        prompt=w.prompt[g],
+        cached=w.cached[g],
+        output=w.output[g],
+        clock=w.clock,
+        t0=w.t0,
+        arrival=w.arrival[g],
+        scheduled=res.scheduled[g],
+        first_token=res.first_token[g],
+        finish=res.finish[g],
+        status=np.where(ok, "ok", "error"),
+        error=np.where(
             ok, None, "refused: prompt + output does not fit this configuration's KV / step"
         ),
-        "source_line": g.astype(np.int64) + 1,
-    }
-    df = pl.DataFrame(cols).with_columns(
-        [pl.col(c).fill_nan(None) for c in ("scheduled_ts", "first_token_ts", "finish_ts")]
+        source_line=g.astype(np.int64) + 1,
     )
     if token_lists is not None:
         df = df.with_columns(pl.Series("token_times", token_lists))

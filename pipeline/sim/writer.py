@@ -19,6 +19,7 @@ import polars as pl
 import pyarrow as pa
 import zstandard
 
+from pipeline.sim.records import request_frame
 from pipeline.sim.result import SimResult
 
 CHUNK = 20_000
@@ -90,21 +91,17 @@ def _frame(
     start_unix: float,
     metadata: dict[str, Any],
 ) -> pl.DataFrame:
-    rows = hi - lo
-    columns: dict[str, Any] = {"request_id": [f"req-{i:07d}" for i in range(lo, hi)]}
-    for key, value in metadata.items():
-        columns[key] = pl.Series(key, [value] * rows)
-    columns |= {
-        "prompt_tokens": prompt[lo:hi],
-        "cached_tokens": cached[lo:hi],
-        "output_tokens": output[lo:hi],
-        "clock": ["unix"] * rows,
-        "arrival_ts": _round(start_unix + arrival[lo:hi]),
-        "scheduled_ts": _round(start_unix + result.scheduled[lo:hi]),
-        "first_token_ts": _round(start_unix + result.first_token[lo:hi]),
-        "finish_ts": _round(start_unix + result.finish[lo:hi]),
-        "status": ["ok"] * rows,
-    }
-    frame = pl.DataFrame(columns)
-    # NaN (a request that produced no token has no first token) must be null in JSON.
-    return frame.with_columns(pl.col("first_token_ts").fill_nan(None))
+    return request_frame(
+        [f"req-{i:07d}" for i in range(lo, hi)],
+        metadata,
+        prompt=prompt[lo:hi],
+        cached=cached[lo:hi],
+        output=output[lo:hi],
+        clock="unix",
+        t0=start_unix,
+        arrival=arrival[lo:hi],
+        scheduled=result.scheduled[lo:hi],
+        first_token=result.first_token[lo:hi],
+        finish=result.finish[lo:hi],
+        digits=6,
+    )
