@@ -73,11 +73,16 @@ def test_every_command_on_an_empty_and_a_summary_only_warehouse(shared, tmp_path
     # Nothing to work on is a data error (3), not success and not a crash.
     for name in ("empty", "summaries"):
         assert codes[(name, "fit")] == 3
-        assert codes[(name, "report")] == 3
         assert codes[(name, "report --since")] == 3
         assert codes[(name, "validate")] == 3
         assert codes[(name, "query latency_percentiles")] == 0  # an empty table is an answer
     assert codes[("empty", "replay")] in (2, 3)
+    # Tool summaries alone still make a page: the tools' own figures, per-request views absent.
+    assert codes[("empty", "report")] == 3 and codes[("summaries", "report")] == 0
+    (page,) = (tmp_path / "out-summaries").glob("report-*.html")
+    text = page.read_text()
+    assert "mean_ttft_ms" in text and "13,479.2" in text  # vLLM bench's own mean TTFT at qps inf
+    assert "No successful requests to draw distributions of." in text
 
 
 def test_every_command_on_the_real_files(shared, tmp_path):

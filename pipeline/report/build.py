@@ -26,7 +26,8 @@ UTC = dt.UTC
 
 
 class NothingToReport(ValueError):
-    """The warehouse holds no requests and no quarantined records (or none in the period)."""
+    """The warehouse holds no requests, quarantined records or run summaries (or none in the
+    period)."""
 
 
 def _data_in(period: Period, b: Bounds) -> None:
@@ -150,16 +151,24 @@ def _build(  # type: ignore[no-untyped-def]
     engine, engine_options, opened,
 ) -> ReportResult:  # fmt: skip
     base = None
+    # A warehouse of tool summaries only (a rate sweep's vLLM / SGLang summaries) still has a
+    # report: its load curves and the tools' own figures; the per-request sections say absent.
     if engine == "duckdb":
         b = bounds(layout)
-        quarantined = connect(layout).table("quarantine").count("*").fetchall()[0][0]
+        con = connect(layout)
+        quarantined = con.table("quarantine").count("*").fetchall()[0][0]
+        summaries = con.table("run_summaries").count("*").fetchall()[0][0]
     else:  # one engine answers the bounds over the whole warehouse, then holds the period
         base = open_engine(engine, layout, **(engine_options or {}))
         opened.append(base)
         b = bounds(layout, base)
         quarantined = base.sql("SELECT count(*) AS n FROM quarantine").item()
-    if b.requests == 0 and not quarantined:
-        raise NothingToReport(f"the warehouse {layout.root} holds no requests; ingest logs first")
+        summaries = base.sql("SELECT count(*) AS n FROM run_summaries").item()
+    if b.requests == 0 and not quarantined and not summaries:
+        raise NothingToReport(
+            f"the warehouse {layout.root} holds no requests and no run summaries; ingest logs "
+            "first"
+        )
     if period is None:
         period = resolve(since, until, b.last, now)
         if since is not None or until is not None:
