@@ -166,8 +166,7 @@ def _build(  # type: ignore[no-untyped-def]
         summaries = base.sql("SELECT count(*) AS n FROM run_summaries").item()
     if b.requests == 0 and not quarantined and not summaries:
         raise NothingToReport(
-            f"the warehouse {layout.root} holds no requests and no run summaries; ingest logs "
-            "first"
+            f"the warehouse {layout.root} holds no requests and no run summaries; ingest logs first"
         )
     if period is None:
         period = resolve(since, until, b.last, now)
