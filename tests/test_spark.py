@@ -115,6 +115,23 @@ def warehouse(tmp_path_factory) -> tuple[Layout, dict[str, int]]:
         "bench_notes",
         pl.DataFrame({"model": ["m1", "m2"], "gpu": ["H100-SXM", "A100-80G"], "a": [0.5, 1.25]}),
     )
+    # A summary-only rate sweep (SGLang bench_serving's JSON lines, one summary per rate) for
+    # the queries that read run_summaries: the load curves and the parity table.
+    sweep = root / "sweep" / "sglang_online_output.jsonl"
+    sweep.parent.mkdir()
+    sweep.write_text(
+        "".join(
+            json.dumps({"backend": "sglang", "dataset_name": "random", "request_rate": rate,
+                        "median_ttft_ms": ttft, "median_itl_ms": itl, "median_e2e_latency_ms": e2e,
+                        "mean_e2e_latency_ms": e2e * 1.01, "output_throughput": out_tps,
+                        "duration": 300.0, "completed": done, "total_input_tokens": done * 1024,
+                        "total_output_tokens": done * 512}) + "\n"
+            for rate, ttft, itl, e2e, out_tps, done in (
+                (1.0, 85.0, 13.5, 7800.0, 530.0, 300), (2.0, 88.0, 14.8, 8500.0, 990.0, 600),
+            )
+        )
+    )  # fmt: skip
+    assert totals(ingest_paths([sweep], layout))["quarantined"] == 0
     expected["fit"] = _fit(layout)
     expected["ingested"] = t["ingested"]
     expected["quarantined"] = t["quarantined"]
