@@ -16,7 +16,13 @@ from pipeline.report.catalog_facts import catalog_facts
 from pipeline.report.context import Context
 from pipeline.report.fitted import deployment_key, load_fitted
 from pipeline.report.html import Section, esc
-from pipeline.report.sections.common import dropped_note, label_expr, top_series
+from pipeline.report.sections.common import (
+    dropped_note,
+    label_expr,
+    ranked,
+    top_series,
+    with_selector,
+)
 
 
 def _lines(ctx: Context, df: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
@@ -66,16 +72,22 @@ def build(ctx: Context) -> Section:
         return s
     df = df.with_columns(label_expr(with_deployment=True))
     shown = top_series(df)
-    obs = shown.unpivot(
-        index=["series", "batch_mean", "requests", "context_mean"],
-        on=["tpot_p50", "tpot_p90"],
-        variable_name="stat",
-        value_name="seconds",
-    ).with_columns(pl.col("stat").str.replace("tpot_", ""), (pl.col("seconds") * 1000).alias("ms"))
+    obs = (
+        ranked(df)
+        .unpivot(
+            index=["series", "rank", "batch_mean", "requests", "context_mean"],
+            on=["tpot_p50", "tpot_p90"],
+            variable_name="stat",
+            value_name="seconds",
+        )
+        .with_columns(
+            pl.col("stat").str.replace("tpot_", ""), (pl.col("seconds") * 1000).alias("ms")
+        )
+    )
     color = alt.Color("series:N", title="deployment")
     x = alt.X("batch_mean:Q", scale=alt.Scale(type="log"), title="decode batch (estimated)")
     y = alt.Y("ms:Q", scale=alt.Scale(type="log"), title="TPOT / step time (ms)")
-    layers = [
+    observed = (
         alt.Chart(obs)
         .mark_line(point=True)
         .encode(
@@ -85,7 +97,8 @@ def build(ctx: Context) -> Section:
             strokeDash=alt.StrokeDash("stat:N", title="percentile"),
             tooltip=["series:N", "stat:N", "batch_mean:Q", "ms:Q", "requests:Q", "context_mean:Q"],
         )
-    ]
+    )
+    layers = [with_selector(observed, obs, "also_decode_batch")]  # beyond 20: a menu
     lines, unknown = _lines(ctx, shown)
     if lines.height:
         layers.append(
@@ -115,7 +128,7 @@ def build(ctx: Context) -> Section:
             "(add it to pipeline_catalog.toml)."
         )
     s.body = ctx.chart(chart, "TPOT against batch size") + "".join(
-        f'<p class="note">{esc(n)}{esc(dropped_note(df, shown)) if i == 0 else ""}</p>'
+        f'<p class="note">{esc(n)}{esc(dropped_note(df, shown, menu=True)) if i == 0 else ""}</p>'
         for i, n in enumerate(notes)
     )
     s.summary = {"buckets": df.height, "no_roofline": unknown}

@@ -9,7 +9,13 @@ import polars as pl
 from pipeline.report.context import Context
 from pipeline.report.fitted import load_fitted
 from pipeline.report.html import Section, esc
-from pipeline.report.sections.common import dropped_note, label_expr, top_series
+from pipeline.report.sections.common import (
+    dropped_note,
+    label_expr,
+    ranked,
+    top_series,
+    with_selector,
+)
 
 GRID = np.geomspace(16, 32768, 24)
 
@@ -40,12 +46,18 @@ def build(ctx: Context) -> Section:
         return s
     df = df.with_columns(label_expr())
     shown = top_series(df)
-    long = shown.unpivot(
-        index=["series", "mean_prompt_tokens", "requests"],
-        on=["ttft_p50", "ttft_p90"],
-        variable_name="stat",
-        value_name="seconds",
-    ).with_columns(pl.col("stat").str.replace("ttft_", ""), (pl.col("seconds") * 1000).alias("ms"))
+    long = (
+        ranked(df)
+        .unpivot(
+            index=["series", "rank", "mean_prompt_tokens", "requests"],
+            on=["ttft_p50", "ttft_p90"],
+            variable_name="stat",
+            value_name="seconds",
+        )
+        .with_columns(
+            pl.col("stat").str.replace("ttft_", ""), (pl.col("seconds") * 1000).alias("ms")
+        )
+    )
     x = alt.X("mean_prompt_tokens:Q", scale=alt.Scale(type="log"), title="prompt tokens (mean)")
     y = alt.Y("ms:Q", scale=alt.Scale(type="log"), title="TTFT (ms)")
     color = alt.Color("series:N", title="model · GPU")
@@ -60,6 +72,7 @@ def build(ctx: Context) -> Section:
             tooltip=["series:N", "stat:N", "mean_prompt_tokens:Q", "ms:Q", "requests:Q"],
         )
     )
+    observed = with_selector(observed, long, "also_ttft_prompt")  # beyond 20: a menu
     fit = curves(ctx, shown)
     layers = [observed]
     if fit.height:
@@ -89,7 +102,7 @@ def build(ctx: Context) -> Section:
     s.body = (
         ctx.chart(chart, "TTFT against prompt length")
         + f'<p class="note">p50 (solid) and p90 (dashed) TTFT per prompt-length octave. '
-        f"{esc(fit_note)}{esc(dropped_note(df, shown))}</p>"
+        f"{esc(fit_note)}{esc(dropped_note(df, shown, menu=True))}</p>"
     )
     s.summary = {
         "buckets": df.height,
