@@ -199,20 +199,31 @@ PEERS = """## Peers' published errors (for comparison; their inputs differ)
   on what a held-out run can be predicted to. The p90 TTFT at 3 req/s sits on a
   KV-capacity cliff. Fitted alone, that run gets 53.1k tokens and a p90 TTFT within 4 %;
   held out, the capacity the other runs give misses it by 43 %.
-- On DistServe's disaggregated runs held out, TTFT and the worst TPOT meet it; the TPOT median
-  (6.9 %) does not. DistServe's decode loop awaits each KV migration between its steps
-  (`DecodingStageLLMEngine._step`), so the model charges each prompt's KV pull to the decode
-  step that admits it, at a fitted share of the manifest's 300 GB/s (`kv_link_share`); with
-  the pull as latency before admission only, the held-out TPOT was median 8.4 %, worst 16.9 %.
-  The share is weakly identified: it trades against MBU, and the held-out fits range over
-  it widely (above), while the Jacobian interval of the full fit is narrow.
-- The what-if from the colocated vLLM fit misses DistServe's TPOT, by +16 to +31 % at p50 and
+- On DistServe's disaggregated runs held out, TTFT and the TPOT median meet it (the median
+  at 5.0 %, by a hair); the worst TPOT (the 9 req/s p90, -11.8 %) does not. DistServe's decode
+  loop awaits each KV migration between its steps (`DecodingStageLLMEngine._step`), so the
+  model charges each prompt's KV pull to the decode step that admits it, at a fitted share of
+  the manifest's 300 GB/s (`kv_link_share`). Each instance's limits are DistServe's
+  evaluation launcher's (`evaluation/2-benchmark-serving/2-start-api-server.py`: context
+  batches of <= 128 requests / 8,192 tokens, decoding <= 1,024 / 65,536), recorded in the
+  manifest; the model used 2,048 prefill tokens and 256 sequences before. Measured held out:
+  pull as latency only and the old limits, TTFT 7.2 / 15.6 %, TPOT 8.4 / 16.9 % (median /
+  worst); pull in the admitting step, old limits, 6.9 / 13.6 %, 6.9 / 9.4 %; with DistServe's
+  api_server defaults instead (4,096 prefill tokens) 4.4 / 6.0 %, 5.7 / 11.7 %; with the
+  launcher's, as tabled, 4.2 / 7.6 %, 5.0 / 11.8 %. The share trades against MBU: the
+  held-out fits spread more (above) than the Jacobian interval of the full fit says.
+- The same launcher starts DistServe's vLLM with `--max-num-seqs 1024
+  --max-num-batched-tokens 16384`. The vLLM manifest does not take them: the model uses
+  vLLM V0's own default for OPT-13B (2,048 tokens, its max_model_len), and the data do not
+  decide between the two. With the launcher's, held out, TTFT is 9.9 / 19.9 % but TPOT 9.8 /
+  20.7 % (the 1 req/s run decodes +21 % slow); with the default, as tabled.
+- The what-if from the colocated vLLM fit misses DistServe's TPOT, by +15 to +31 % at p50 and
   more in the tails. Part of it is the engines' different kernels: at small batches
   DistServe's fitted profile decodes ~10 % faster than vLLM's (batch 20, 18k context: 32 ms
   against 35 ms). The tails are a KV-capacity cliff: decoding slower, the decode instance
   holds more requests, and at the vLLM fit's 54k tokens the 6 and 9 req/s runs overflow it
-  (TPOT p90 +380 % / +170 %); replayed at the DistServe fit's 61k they are +139 % / +85 %, at
-  80k +46 % / -44 %. Its TTFT is within 13 %.
+  (TPOT p90 +380 % / +170 %); replayed at the DistServe fit's 61k they are +139 % / +86 %, at
+  80k +45 % / -44 %. Its TTFT is within 13 %.
 """
 
 if __name__ == "__main__":

@@ -321,17 +321,24 @@ def _simulate_disaggregated(
         model, gpu, tp=ptp, weight_dtype=dep.weight_dtype, kv_dtype=dep.kv_dtype
     )
     longest_prompt = int(run.prompt.max())
+    # Each instance's limits as the manifest records them (DistServe's --context-* and
+    # --decoding-* flags), else the deployment's, else DistServe's api_server defaults.
     p_cfg = EngineConfig(
         kv_capacity_tokens=max(p_kv, longest_prompt + 16),
-        max_num_seqs=dep.max_num_seqs or 256,
-        max_batched_tokens=max(dep.max_batched_tokens or 2048, longest_prompt),
+        max_num_seqs=int(d.get("prefill_max_num_seqs", dep.max_num_seqs or 256)),
+        max_batched_tokens=max(
+            int(d.get("prefill_max_batched_tokens", dep.max_batched_tokens or 4096)),
+            longest_prompt,
+        ),
         chunked_prefill=False,
         mixed_prefill=False,
     )
     d_cfg = EngineConfig(
         kv_capacity_tokens=max(kv, longest + 16),
-        max_num_seqs=dep.max_num_seqs or 256,
-        max_batched_tokens=max(dep.max_batched_tokens or 8192, 256),
+        max_num_seqs=int(d.get("decode_max_num_seqs", dep.max_num_seqs or 256)),
+        max_batched_tokens=max(
+            int(d.get("decode_max_batched_tokens", dep.max_batched_tokens or 8192)), 256
+        ),
         chunked_prefill=True,
     )
     res = simulate_disaggregated(

@@ -7,7 +7,9 @@ Values fill only what the log itself leaves empty; ``--set`` wins over a manifes
 
 A manifest may also describe a disaggregated deployment with a ``[disaggregation]`` table, the
 keys of whatif.toml's (``prefill_tp``, ``decode_tp``, ``prefill_replicas``, ``decode_replicas``,
-``kv_bandwidth_gbps``, ``kv_latency_s``); it is kept in the run's ``runs.metadata_json`` and
+``kv_bandwidth_gbps``, ``kv_latency_s``) plus each instance's scheduler limits
+(``prefill_max_num_seqs``, ``prefill_max_batched_tokens``, ``decode_max_num_seqs``,
+``decode_max_batched_tokens``); it is kept in the run's ``runs.metadata_json`` and
 ``pipeline fit`` calibrates such runs as a prefill and a decode instance.
 """
 
@@ -74,7 +76,14 @@ def parse_sets(pairs: list[str]) -> dict[str, object]:
 
 
 TABLES = {"disaggregation"}
-_DISAGG_INT = ("prefill_tp", "decode_tp", "prefill_replicas", "decode_replicas")
+# The per-instance scheduler limits (DistServe's --context-max-batch-size, --context-max-tokens-
+# per-batch, --decoding-max-batch-size, --decoding-max-tokens-per-batch) are the manifest's only:
+# `pipeline fit` reads them; a what-if's instances take theirs from whatif.toml's [scheduler].
+_DISAGG_LIMITS = (
+    "prefill_max_num_seqs", "prefill_max_batched_tokens",
+    "decode_max_num_seqs", "decode_max_batched_tokens",
+)  # fmt: skip
+_DISAGG_INT = ("prefill_tp", "decode_tp", "prefill_replicas", "decode_replicas", *_DISAGG_LIMITS)
 _DISAGG_FLOAT = ("kv_bandwidth_gbps", "kv_latency_s")
 
 
