@@ -17,7 +17,7 @@ from pipeline import __version__
 
 class _Commands(click.Group):
     """Sub-commands imported when named: `pipeline ingest` loads ingest's dependencies, not the
-    report's Altair or the simulator's numba (0.90 s -> 0.55 s of start-up, measured with
+    report's Altair or the simulator (0.90 s -> 0.55 s of start-up, measured with
     ``python -X importtime``). Every module of pipeline.commands with a ``command`` is one."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -61,7 +61,7 @@ def test_compiled_equals_python_step_by_step(name: str) -> None:
 @pytest.mark.parametrize("name", ["chunked", "chunked-preempting", "vllm-v0-watermark"])
 def test_compiled_equals_python_with_kv_load(name: str) -> None:
     # Seconds of KV moved in at a request's first admission (a disaggregated decode server):
-    # preempted requests are re-admitted without it, on both paths.
+    # both paths agree bit for bit (first admission only: tests/test_sim_engine.py).
     cfg, cost, _ = CASES[name]
     arr, p, o, c = trace(600, 12.0, seed=len(name), cached=True)
     if not cfg.chunked_prefill:

@@ -196,6 +196,31 @@ def test_kv_load_holds_up_only_the_admitting_step(fast: bool) -> None:
         simulate(*args, load_seconds=[0.05, -1.0], **kw)
 
 
+def test_kv_load_is_charged_once_even_after_preemption() -> None:
+    # A KV cache small enough to preempt often: each request's load is read exactly once, at
+    # its first admission, however many times it is re-admitted.
+    rng = np.random.default_rng(5)
+    n = 300
+    arr = np.cumsum(rng.exponential(1 / 20.0, n))
+    prompt = rng.integers(200, 1200, n)
+    out = rng.integers(20, 300, n)
+
+    class Counting(list):  # type: ignore[type-arg]
+        reads = 0
+
+        def __getitem__(self, i):  # type: ignore[no-untyped-def]
+            Counting.reads += 1
+            return super().__getitem__(i)
+
+    cfg = EngineConfig(kv_capacity_tokens=12_000)
+    e = _Engine(arr, prompt.astype(np.int64), out.astype(np.int64), np.zeros(n, np.int64), cfg,
+                COST, np.full(n, 1e-3))  # fmt: skip
+    e.load = Counting(e.load)
+    res = e.run(False)
+    assert res.preemptions.sum() > 20  # re-admitted many times (58)
+    assert Counting.reads == n
+
+
 def test_ttft_includes_queueing_behind_a_full_server() -> None:
     cfg = EngineConfig(kv_capacity_tokens=100_000, max_num_seqs=1)
     res = simulate([0.0, 0.0], [500, 500], [10, 10], cfg, COST)

@@ -479,7 +479,7 @@ def calibrate(
 CLOSE = 1.25  # candidate schedulers within this factor of the best coarse loss are refined
 WINDOW = 2_000  # requests per run in the coarse search (the earliest: a contiguous window)
 # Replayed requests the coarse search may spend, as evaluations = this / requests it replays,
-# within EVALS: small logs get the evaluations a rugged six-parameter cost needs (DistServe's
+# within EVALS: small logs get the evaluations a rugged 6-7 parameter cost needs (DistServe's
 # 900 disaggregated requests: cost 0.096 after 360, 0.074 after 600), large ones stay within
 # ~30 s on 2 cores (a 2,000-request window costs ~12 ms to replay).
 REPLAY_BUDGET = 600_000
@@ -662,7 +662,7 @@ def _kv_profile(cost: Any, z: F64, k: int, best: float, lo: float, hi: float, si
 
     KV capacity and decode speed trade off at saturation (fewer requests in flight, each
     faster, gives the same throughput), and a capacity step moves whole requests across the
-    admission cliff, so a simplex over all six parameters stalls at the margin it started from:
+    admission cliff, so a simplex over all the parameters stalls at the margin it started from:
     DistServe's vLLM at 4 req/s stayed at +5 % over its log's peak (TPOT +12 / +19 % at
     p50 / p90) where -5 % gives +1 / +2 % with TTFT within 4 %. ``k``: the margin's position
     in the free parameters ``z``."""
@@ -696,7 +696,7 @@ def _summarise(res: Any, kv_fixed: bool) -> tuple[dict, dict, dict]:
         cov = np.linalg.pinv(jac.T @ jac) * s2
         se = np.sqrt(np.maximum(np.diag(cov), 0.0))
     except np.linalg.LinAlgError:
-        se = np.full(p, np.inf)
+        se = np.full(len(x), np.inf)
     values, ci, status = {}, {}, {}
     for i, name in enumerate(PARAMS):
         values[name] = float(x[i])

@@ -470,9 +470,9 @@ def simulate_pool(
             best, best_load = 0, None
             for j, e in enumerate(engines):
                 e.advance(t)
-                load = e.outstanding(t)
-                if best_load is None or load < best_load:
-                    best, best_load = j, load
+                held = e.outstanding(t)
+                if best_load is None or held < best_load:
+                    best, best_load = j, held
             e = engines[best]
             local[g], replica[g] = len(e.ids), best
             e.add(g, t, p_l[g], o_l[g], c_l[g], l_l[g])
