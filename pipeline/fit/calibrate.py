@@ -16,6 +16,8 @@ The model is the simulator's (``pipeline.sim``): a scheduler (:data:`SCHEDULERS`
   counts a preempted request as holding its tokens (DistServe's vLLM at 4 req/s plateaus at
   ~53k tokens while its log's peak reads 56k). A log that never came near its capacity only
   bounds it below (by the peak), and says so.
+- ``kv_link_share`` in (0, 1], disaggregated deployments only: the share of the manifest's
+  ``kv_bandwidth_gbps`` a decode instance's KV pulls achieve (:func:`kv_pull_seconds`).
 
 The objective compares replayed with recorded requests one by one: the mean absolute log ratio of
 per-request TTFT and TPOT plus the p50 / p90 of both per run (robust least squares, so that a few
