@@ -5,9 +5,20 @@
 -- itself included: requests started minus requests finished up to that bin. Never across runs or
 -- deployments that share a server name (twelve sample runs all on `sim-0` are twelve batches).
 -- Buckets are half-octaves of that batch (1, 1.4, 2, 2.8, 4, ...). Context = prompt + output / 2.
-WITH ok AS (
+-- itl_p50: the median over the bucket's requests of each request's median gap between
+-- single-token emissions (null without per-token times). A decode step that also carried a
+-- prefill chunk is one gap among a request's dozens, so the median is the plain decode step;
+-- TPOT (a mean) includes those steps.
+WITH itl AS (
+    SELECT run_id, request_id, percentile_cont(0.5) WITHIN GROUP (ORDER BY gap_s) AS itl_median
+    FROM tokens
+    WHERE gap_s IS NOT NULL AND n_tokens = 1
+    GROUP BY run_id, request_id
+    HAVING count(*) >= 2
+),
+ok AS (
     SELECT
-        concat_ws('|', run_id, deployment) AS clock_domain,
+        concat_ws('|', r.run_id, deployment) AS clock_domain,
         coalesce(server, '?') AS server,
         coalesce(model, '?') AS model,
         coalesce(gpu, '?') AS gpu,
@@ -17,8 +28,10 @@ WITH ok AS (
         CAST(floor((t_arrival + ttft_s) / $bin_s) AS BIGINT) AS bin_first,
         CAST(floor((t_arrival + e2e_s) / $bin_s) AS BIGINT) AS bin_finish,
         tpot_s,
+        itl.itl_median,
         prompt_tokens + output_tokens / 2.0 AS context_tokens
-    FROM requests
+    FROM requests AS r
+    LEFT JOIN itl ON itl.run_id = r.run_id AND itl.request_id = r.request_id
     -- No batch without a common clock (clock 'request': t_arrival is null).
     WHERE status = 'ok' AND tpot_s IS NOT NULL AND ttft_s IS NOT NULL AND e2e_s IS NOT NULL
         AND t_arrival IS NOT NULL
@@ -71,7 +84,8 @@ SELECT
     avg(batch) AS batch_mean,
     avg(context_tokens) AS context_mean,
     percentile_cont(0.5) WITHIN GROUP (ORDER BY tpot_s) AS tpot_p50,
-    percentile_cont(0.9) WITHIN GROUP (ORDER BY tpot_s) AS tpot_p90
+    percentile_cont(0.9) WITHIN GROUP (ORDER BY tpot_s) AS tpot_p90,
+    percentile_cont(0.5) WITHIN GROUP (ORDER BY itl_median) AS itl_p50
 FROM bucketed
 GROUP BY model, gpu, gpu_count, weight_dtype, kv_dtype, bucket
 ORDER BY model, gpu, gpu_count, weight_dtype, kv_dtype, bucket

@@ -272,6 +272,26 @@ def test_report_prefill_work(tmp_path):
         assert g == pytest.approx(w, abs=EPS)
 
 
+def test_report_prefill_work_alone(tmp_path):
+    # Prefill windows [first token - prefill_s, first token] = [arrival + queue, arrival + ttft]:
+    recs = [
+        queued(timed(0, 0.3, 0.01, 2, arrival=0.0), 0.1),  # [0.1, 0.3]
+        queued(timed(1, 0.3, 0.01, 2, arrival=0.2), 0.0),  # [0.2, 0.5]: overlaps 0, so neither
+        queued(timed(2, 0.2, 0.01, 2, arrival=1.0), 0.0),  # [1.0, 1.2]: alone
+        queued(timed(3, 0.1, 0.01, 2, arrival=1.25), 0.0),  # [1.25, 1.35]: alone
+        # [1.05, 1.1] inside 2's window, but on another server: both stay alone
+        {**queued(timed(4, 0.05, 0.01, 2, arrival=1.05), 0.0), "server": "other"},
+    ]
+    rows = _rows(_con(tmp_path, recs), "report_prefill_work")
+    assert len(rows) == 1 and rows[0]["requests"] == 5 and rows[0]["alone_requests"] == 3
+    r = rows[0]
+    # three prompts of 1000 new tokens: attention 1000 x 500 each; time 0.2 + 0.1 + 0.05
+    assert (r["alone_new_tokens"], r["alone_cached_tokens"]) == (3000, 0)
+    assert r["alone_attn_work"] == pytest.approx(1_500_000.0)
+    assert r["alone_prefill_s"] == pytest.approx(0.35, abs=EPS)
+    assert r["prefill_s"] == pytest.approx(0.2 + 0.3 + 0.35, abs=EPS)
+
+
 def test_report_prefill_work_empty(tmp_path):
     assert _empty(tmp_path, "report_prefill_work") == []
 
@@ -320,6 +340,10 @@ def test_report_decode_batch(tmp_path):
         assert got == pytest.approx(w, abs=EPS)
     # 10 s bins: every request starts and finishes within its domain's first bin (T0 is a
     # multiple of 10), so none counts as decoding and all fall back to batch 1.
+    # itl_p50: each request's median gap (equal gaps here: its TPOT), median over the bucket.
+    # Request 3 has one gap only (2 tokens), so batch 1 holds request 2's 0.25 alone; batch 2:
+    # (0.5, 0.4) -> 0.45; s2: 1.0.
+    assert [r["itl_p50"] for r in rows] == pytest.approx([0.25, 0.45, 1.0], abs=EPS)
     rows = _rows(con, "report_decode_batch", bin_s=10)
     assert [(r["batch_lo"], r["requests"], r["batch_mean"]) for r in rows] == [(1.0, 7, 1.0)]
 

@@ -336,29 +336,37 @@ def test_period_excludes_relative_clocks(warehouse, tmp_path):
 
 def test_efficiencies_per_run_and_deployment_on_the_sample_traces(tmp_path):
     """Issue 12, point 2: the twelve sample runs share server `sim-0` and start at the same
-    second; each run is its own batch, so no efficiency exceeds 100 %, and the fitted MFU / MBU
-    stand beside the achieved ones. (The fit recovering the generator's efficiencies is a
-    consistency check of fit against the simulator, not an accuracy claim.)"""
-    import json
-
+    second; each run is its own batch, so no efficiency exceeds 100 %, and the measured MFU / MBU
+    (net of the fitted fixed costs) agree with the generator's truth within 10 %: prefill from
+    the prefills that ran alone, in the compute-bound buckets; decode from the median
+    inter-token gap, in the bandwidth-bound ones. Before this estimate (every prefill's own
+    time, TPOT p50, request-weighted over all buckets) the net values were 57 % (MFU) and 58 %
+    (MBU) below the truth at worst, so the test fails on it. (The fit recovering the
+    generator's efficiencies is a consistency check of fit against the simulator, not an
+    accuracy claim.)"""
     from pipeline.fit import fit_warehouse
     from pipeline.ingest.run import ingest_paths
 
-    samples = sorted((Path(__file__).resolve().parents[1] / "sample_traces").glob("*8b.jsonl.gz"))
-    assert len(samples) == 2  # Llama-3.1-8B on A100 and H100, both on `sim-0`
+    samples = sorted((Path(__file__).resolve().parents[1] / "sample_traces").glob("*.jsonl.gz"))
+    assert len(samples) == 12  # six models on A100 and H100, all on `sim-0`
     layout = Layout(tmp_path / "wh")
     ingest_paths(samples, layout)
     fit_warehouse(layout, claims=False)
     eff = build_report(layout, tmp_path / "out").summary["sections"]["efficiency"]
-    assert len(eff) == 4 and all(v["mfu"] <= 1 and v["mbu"] <= 1 for v in eff.values())
+    assert len(eff) == 24 and all(v["mfu"] <= 1 and v["mbu"] <= 1 for v in eff.values())
     for path in samples:
         truth = json.loads(Path(f"{path}.truth.json").read_text())
-        series = f"{truth['model_id']} · {truth['gpu']}"
+        n = truth["gpu_count"]
+        series = f"{truth['model_id']} · {truth['gpu']}" + (f" ×{n}" if n > 1 else "")
         for phase, name in (("prefill", "mfu"), ("decode", "mbu")):
             row = eff[f"{series} · {phase}"]
+            assert row[f"{name}_net"] == pytest.approx(truth["cost"][name], rel=0.10), (
+                series,
+                phase,
+            )
             assert row[f"fit_{name}"] == pytest.approx(truth["cost"][name], rel=0.10)
-            # achieved (overheads, mixed prefill chunks included) can only be below the fitted
-            assert row[name] < row[f"fit_{name}"]
+            # achieved (fixed costs included) can only be below the net and the fitted
+            assert row[name] < row[f"{name}_net"] and row[name] < row[f"fit_{name}"]
 
 
 def test_above_100_percent_shows_its_evidence():

@@ -76,12 +76,16 @@ def build(ctx: Context) -> Section:
     ]
     warn = _evidence(pts)
     note = (
-        "Request-weighted over buckets, per run and deployment (never across runs sharing a "
-        "server name). Achieved: prefill MFU divides each request's FLOPs by its own prefill "
-        "time, so prefills that shared a step make it a lower bound; decode MBU reads weights "
-        "once per step plus the KV of the estimated batch (Databricks' definition), over TPOT p50, "
-        "which also holds prefill chunks mixed into decode steps and all-reduce time. Net of "
-        "overheads: the same, minus the fitted per-step and per-sequence overheads. Fitted: "
+        "Per run and deployment (never across runs sharing a server name); time-weighted over "
+        "the buckets in the phase's roofline regime: MFU from prefill buckets above the GPU's "
+        "ridge point (FLOP/byte), MBU from decode buckets below it. Achieved: prefill MFU "
+        "divides the FLOPs of the prefills that overlapped no other one by their own time "
+        "(where every prefill overlapped, all of them: shared steps, a lower bound); requests "
+        "counts the prefills used. Decode MBU reads the weights once per step plus the KV of the "
+        "estimated batch (Databricks' definition) in one median inter-token gap (TPOT p50 where "
+        "the log has no per-token times: it also holds the prefill chunks mixed into decode "
+        "steps). Net of overheads: the same, minus the fitted fixed costs of each step "
+        "(per-step and per-sequence overheads, tensor-parallel all-reduces). Fitted: "
         "`pipeline fit`'s estimate from the reconstructed steps, with its 95 % interval."
     )
     if unknown:
