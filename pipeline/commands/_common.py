@@ -62,6 +62,9 @@ class Duration(click.ParamType):
 
     name = "duration"
 
+    def __init__(self, allow_zero: bool = False) -> None:
+        self.allow_zero = allow_zero
+
     def convert(self, value, param, ctx):  # type: ignore[no-untyped-def]
         if isinstance(value, int | float):
             seconds = float(value)
@@ -72,8 +75,10 @@ class Duration(click.ParamType):
             if d is None:
                 self.fail(f"{value!r}: give a duration such as 500ms, 2s, 1.5min or 1h", param, ctx)
             seconds = d.total_seconds()
-        if seconds <= 0:
-            self.fail(f"{value!r}: must be more than 0", param, ctx)
+        if seconds < 0 or (seconds == 0 and not self.allow_zero):
+            self.fail(
+                f"{value!r}: must be {'0 or ' if self.allow_zero else ''}more than 0", param, ctx
+            )
         return seconds
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from pipeline.catalog import UnknownName
+from pipeline.commands._common import Duration
 from pipeline.errors import UserError
 from pipeline.sim.generator import ATTENTION, DEFAULT_START, GenerateSpec, generate
 from pipeline.sim.workload import ARRIVALS
@@ -94,9 +95,10 @@ def _start(value: str | None) -> datetime:
 )
 @click.option(
     "--step-overhead",
-    type=click.FloatRange(min=0),
+    type=Duration(allow_zero=True),
     default=None,
-    help="Pin the fixed seconds per step [default: drawn in 1.5-4 ms].",
+    help="Pin the fixed time per step (3ms; a bare number is seconds) [default: drawn in "
+    "1.5-4 ms].",
 )
 def command(
     out: Path,

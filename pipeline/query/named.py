@@ -105,7 +105,23 @@ def bind(query: NamedQuery, given: dict[str, str]) -> dict[str, object]:
     missing = query.used_params() - set(values)
     if missing:
         raise QueryError(f"query {query.name!r} needs --param {', '.join(sorted(missing))}=...")
-    return {k: coerce(v) for k, v in values.items() if k in query.used_params()}
+    return {k: _value(k, v) for k, v in values.items() if k in query.used_params()}
+
+
+def _value(name: str, text: str) -> object:
+    """A parameter named ``*_s`` is a duration: 30, 30s, 500ms and 1.5min all give seconds, as
+    every duration option does (issue 12, point 8); others: integer, float, else string."""
+    if not name.endswith("_s"):
+        return coerce(text)
+    from pipeline.report.period import parse_duration
+
+    value = coerce(text)
+    if isinstance(value, int | float):
+        return float(value)
+    d = parse_duration(str(text))
+    if d is None:
+        raise QueryError(f"--param {name}={text}: give a duration such as 500ms, 30s or 1.5min")
+    return d.total_seconds()
 
 
 # Derived tables and the command that writes them, for a helpful message when one is missing.

@@ -11,11 +11,34 @@ import hashlib
 import json
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 Dtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
+
+
+def _seconds(value: Any) -> Any:
+    """'500ms', '2s', '1.5min' -> seconds, the one duration syntax of the CLI; a number is
+    seconds already (issue 12, point 8)."""
+    if isinstance(value, str):
+        from pipeline.report.period import parse_duration
+
+        d = parse_duration(value)
+        if d is None:
+            raise ValueError(f"{value!r}: give a duration such as 500ms, 2s or 1.5min")
+        return d.total_seconds()
+    return value
+
+
+Seconds = Annotated[float, BeforeValidator(_seconds)]
 
 
 class _Strict(BaseModel):
@@ -56,7 +79,7 @@ class Disaggregation(_Strict):
     prefill_tp: int | None = Field(None, ge=1, description="Default: deployment tp.")
     decode_tp: int | None = Field(None, ge=1, description="Default: deployment tp.")
     kv_bandwidth_gbps: float = Field(25.0, gt=0, description="KV transfer, GB/s (1e9 B/s).")
-    kv_latency_s: float = Field(1e-3, ge=0, description="Fixed cost per transfer.")
+    kv_latency_s: Seconds = Field(1e-3, ge=0, description="Fixed cost per transfer.")
 
 
 class Cost(_Strict):
@@ -73,8 +96,8 @@ class Workload(_Strict):
 
 
 class Slo(_Strict):
-    ttft_s: float | None = Field(None, gt=0)
-    tpot_s: float | None = Field(None, gt=0)
+    ttft_s: Seconds | None = Field(None, gt=0, description="TTFT objective (0.5, '500ms').")
+    tpot_s: Seconds | None = Field(None, gt=0, description="TPOT objective (0.05, '50ms').")
 
 
 class WhatIf(_Strict):
