@@ -23,13 +23,23 @@ def label_expr(with_deployment: bool = False) -> pl.Expr:
     return pl.concat_str(parts).alias("series")
 
 
+def series_order(df: pl.DataFrame, weight: str = "requests") -> pl.DataFrame:
+    """``series`` and ``rank`` (1 = the most ``weight``; ties by name), the one order every
+    chart draws, lists and offers series in, so a tie at the cut picks the same series in all."""
+    return (
+        df.group_by("series")
+        .agg(pl.col(weight).sum())
+        .sort([weight, "series"], descending=[True, False])
+        .with_row_index("rank", offset=1)
+        .select("series", pl.col("rank").cast(pl.Int64))
+    )
+
+
 def top_series(df: pl.DataFrame, weight: str = "requests", n: int = MAX_SERIES) -> pl.DataFrame:
     """Rows of the ``n`` series with the most ``weight`` (charts stay readable)."""
     if df.is_empty() or df["series"].n_unique() <= n:
         return df
-    keep = (df.group_by("series").agg(pl.col(weight).sum()).sort(weight, descending=True).head(n))[
-        "series"
-    ]
+    keep = series_order(df, weight).head(n)["series"]
     return df.filter(pl.col("series").is_in(keep.implode()))
 
 
@@ -39,14 +49,7 @@ MAX_SELECTABLE = 300  # series a chart's "also show" menu offers beyond the draw
 def ranked(df: pl.DataFrame, weight: str = "requests") -> pl.DataFrame:
     """``df`` with ``rank`` (1 = the series with the most ``weight``), keeping the drawn series
     and up to MAX_SELECTABLE more for :func:`with_selector`'s menu."""
-    order = (
-        df.group_by("series")
-        .agg(pl.col(weight).sum())
-        .sort([weight, "series"], descending=[True, False])
-        .with_row_index("rank", offset=1)
-        .select("series", pl.col("rank").cast(pl.Int64))
-    )
-    out = df.join(order, on="series")
+    out = df.join(series_order(df, weight), on="series")
     return out.filter(pl.col("rank") <= MAX_SERIES + MAX_SELECTABLE)
 
 

@@ -11,7 +11,7 @@ import polars as pl
 
 from pipeline.report.context import MAX_SERIES, Context
 from pipeline.report.html import Section, esc
-from pipeline.report.sections.common import label_expr
+from pipeline.report.sections.common import label_expr, series_order
 
 # (column, panel title with its unit)
 PANELS = (
@@ -63,8 +63,8 @@ def build(ctx: Context) -> Section:
         )
         return s
     df = series_frame(df)
-    runs = df.group_by("series").agg(pl.col("requests").first()).sort("requests", descending=True)
-    keep = runs.head(MAX_SERIES)["series"]
+    runs = df.group_by("series").agg(pl.col("requests").first())  # one total per run
+    keep = series_order(runs).head(MAX_SERIES)["series"]
     shown = df.filter(pl.col("series").is_in(keep.implode()))
     dropped = runs.height - keep.len()
     long = shown.unpivot(
