@@ -723,3 +723,33 @@ def test_summary_only_sweep_is_drawn_with_its_knee(tmp_path):
     k = summary_knees(pl.from_arrow(sw).with_columns(pl.lit("x").alias("series")))
     assert k["percentile"][0] == "p50" and k["knee_rate"][0] == pytest.approx(6.9209, abs=1e-3)
     assert k["base"][0] == pytest.approx(0.08575, abs=1e-4)
+
+
+def test_every_titled_quantitative_axis_names_its_unit(page):
+    """Issue 12, point 8 / issue 14, point 7: every charted quantity says its unit, e.g.
+    'TTFT (s)', 'in flight (requests)', 'achieved TFLOP/s per GPU'."""
+    _, html, _ = page
+    m = re.search(r'<script type="application/json" id="report-specs">(.*?)</script>', html, re.S)
+    assert m
+    titles: set[str] = set()
+
+    def walk(o):
+        if isinstance(o, dict):
+            for ch in ("x", "y"):
+                e = (
+                    (o.get("encoding") or {}).get(ch)
+                    if isinstance(o.get("encoding"), dict)
+                    else None
+                )
+                if isinstance(e, dict) and e.get("type") == "quantitative" and e.get("title"):
+                    titles.add(e["title"])
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+
+    walk(json.loads(m.group(1)))
+    assert len(titles) >= 10  # the page's charts were found
+    missing = sorted(t for t in titles if "(" not in t and "/" not in t)
+    assert not missing, missing
