@@ -154,3 +154,46 @@ def test_other_configurations_stay_consistent(tmp_path: Path, spec: GenerateSpec
         assert r.prompt_tokens + r.output_tokens - 1 <= truth["config"]["kv_capacity_tokens"]
     if spec.gpu == "L4":
         assert truth["summary"]["preemptions"] > 0
+
+
+def test_a_pool_of_replicas_is_written_server_by_server(tmp_path: Path) -> None:
+    """`pipeline generate --replicas 2` (round-robin): request i goes to sim-(i % 2), each
+    server's requests are the ones a lone server would serve on that share of the arrivals
+    (a consistency test: the pool against the single-server engine), ids stay global, and
+    the records follow metrics.md."""
+    from pipeline.sim.config import EngineConfig
+    from pipeline.sim.engine import simulate
+
+    out = tmp_path / "pool.jsonl"
+    truth = generate(GenerateSpec(requests=300, seed=5, replicas=2), out)
+    recs = _records(out)
+    assert len(recs) == 300 and truth["summary"]["requests"] == 300
+    assert (truth["replicas"], truth["routing"]) == (2, "round-robin")
+    by_id = {int(r.request_id.split("-")[1]): r for r in recs}
+    assert sorted(by_id) == list(range(300))
+    assert all(r.server == f"sim-{i % 2}" for i, r in by_id.items())
+    # sim-0 alone: the even requests through the same engine give the same timestamps
+    even = [by_id[i] for i in range(0, 300, 2)]
+    t0 = even[0].arrival_ts
+    arrival = np.array([r.arrival_ts - t0 for r in even])
+    prompt = np.array([r.prompt_tokens for r in even])
+    output = np.array([r.output_tokens for r in even])
+    cost = StepCost(catalog.model("llama-3.1-8b"), catalog.gpu("H100-SXM"), **{
+        k: truth["cost"][k] for k in ("mfu", "mbu", "step_overhead", "seq_overhead")
+    })  # fmt: skip
+    config = EngineConfig(**truth["config"])
+    alone = simulate(arrival, prompt, output, config, cost)
+    first = np.array([r.first_token_ts - t0 for r in even])
+    finish = np.array([r.finish_ts - t0 for r in even])
+    assert np.allclose(alone.first_token, first, atol=2 * US)
+    assert np.allclose(alone.finish, finish, atol=2 * US)
+
+
+def test_generate_replicas_on_the_command_line(tmp_path: Path) -> None:
+    out = tmp_path / "p.jsonl"
+    args = ["-o", str(out), "-n", "60", "--replicas", "3", "--routing", "least-loaded"]
+    r = CliRunner().invoke(command, args)
+    assert r.exit_code == 0, r.output
+    servers = {rec.server for rec in _records(out)}
+    assert servers == {"sim-0", "sim-1", "sim-2"}
+    assert json.loads((tmp_path / "p.jsonl.truth.json").read_text())["routing"] == "least-loaded"

@@ -47,6 +47,21 @@ def _start(value: str | None) -> datetime:
 @click.option("--model", default="llama-3.1-8b", show_default=True, help="Model (catalog name).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option(
+    "--replicas",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Identical servers behind one router (server sim-0, sim-1, ...); the default rate "
+    "scales with them.",
+)
+@click.option(
+    "--routing",
+    type=click.Choice(["round-robin", "least-loaded"]),
+    default="round-robin",
+    show_default=True,
+    help="How the router spreads requests over --replicas.",
+)
+@click.option(
     "--arrivals",
     type=click.Choice(ARRIVALS),
     default="poisson",
@@ -107,6 +122,8 @@ def command(
     gpu: str,
     model: str,
     seed: int,
+    replicas: int,
+    routing: str,
     arrivals: str,
     attention: str,
     gpu_count: int,
@@ -131,6 +148,7 @@ def command(
     Example:
       pipeline generate --out traces/h100.jsonl.gz --requests 5000 --gpu H100-SXM \\
           --model meta-llama/Llama-3.1-8B-Instruct --arrivals bursty --seed 7
+      pipeline generate --out traces/pool.jsonl --replicas 4 --routing least-loaded
       pipeline ingest traces/h100.jsonl.gz
     """
     pinned = {
@@ -154,6 +172,8 @@ def command(
         kv_dtype=kv_dtype,
         start=_start(start),
         token_times=not no_token_times,
+        replicas=replicas,
+        routing=routing,
         efficiencies=pinned,
     )
     out.parent.mkdir(parents=True, exist_ok=True)

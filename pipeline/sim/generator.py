@@ -11,6 +11,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,12 @@ import numpy as np
 
 from pipeline import __version__, catalog
 from pipeline.physics import StepCost, StepWork, critical_batch
+from pipeline.sim.cluster import Pool, simulate_pool
 from pipeline.sim.config import EngineConfig, default_token_budget, kv_capacity_tokens
 from pipeline.sim.engine import simulate
 from pipeline.sim.result import SimResult
 from pipeline.sim.workload import Workload, inter_arrivals, lengths
-from pipeline.sim.writer import write_jsonl
+from pipeline.sim.writer import write_jsonl, write_pool_jsonl
 
 ATTENTION = ("flash", "flashinfer", "sdpa", "eager")  # only eager materialises the score matrix
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -55,6 +57,8 @@ class GenerateSpec:
     kv_dtype: str = "bf16"
     start: datetime = DEFAULT_START
     token_times: bool = True
+    replicas: int = 1  # identical servers behind one router (sim-0, sim-1, ...)
+    routing: str = "round-robin"  # or "least-loaded"
     efficiencies: dict[str, float] = field(default_factory=dict)  # pin mfu, mbu, ... by name
     workload: dict[str, Any] = field(default_factory=dict)  # extra Workload fields
 
@@ -130,11 +134,19 @@ def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
     probe = Workload(requests=spec.requests, rate=1.0, arrivals=spec.arrivals, **spec.workload)
     prompt, output = lengths(probe, length_rng, model.max_context, max_total)
     capacity = estimate_capacity(cost, config, float(prompt.mean()), float(output.mean()))
-    rate = spec.rate if spec.rate is not None else round(0.6 * capacity, 3)
+    # 60 % of the pool's capacity: each replica as busy as one server alone would be
+    rate = spec.rate if spec.rate is not None else round(0.6 * capacity * spec.replicas, 3)
     workload = Workload(requests=spec.requests, rate=rate, arrivals=spec.arrivals, **spec.workload)
     arrival = np.cumsum(inter_arrivals(workload, arrival_rng))
     cached = np.zeros_like(prompt)
-    result = simulate(arrival, prompt, output, config, cost, cached_tokens=cached)
+    pool = None
+    if spec.replicas > 1:
+        pool = simulate_pool(
+            arrival, prompt, output, Pool(config, cost, spec.replicas, spec.routing), cached
+        )
+        results = pool.servers
+    else:
+        results = [simulate(arrival, prompt, output, config, cost, cached_tokens=cached)]
     simulated = time.perf_counter()
     metadata = {
         "run_id": trace_run_id(out),
@@ -151,9 +163,8 @@ def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
         "weight_dtype": spec.weight_dtype,
         "kv_dtype": spec.kv_dtype,
     }
-    nbytes = write_jsonl(
-        out,
-        result,
+    write = partial(write_pool_jsonl, out, pool) if pool else partial(write_jsonl, out, results[0])
+    nbytes = write(
         arrival=arrival,
         prompt=prompt,
         output=output,
@@ -163,7 +174,8 @@ def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
         token_times=spec.token_times,
     )
     finished = time.perf_counter()
-    truth = _truth(spec, model, gpu, cost, config, workload, capacity, result, arrival)
+    first = pool.first_token if pool else results[0].first_token
+    truth = _truth(spec, model, gpu, cost, config, workload, capacity, results, first - arrival)
     Path(f"{out}.truth.json").write_text(json.dumps(truth, indent=2) + "\n", encoding="utf-8")
     # Timings vary run to run, so they are returned but kept out of the (reproducible) truth file.
     truth["timing_s"] = {
@@ -182,10 +194,10 @@ def _truth(
     config: EngineConfig,
     workload: Workload,
     capacity: float,
-    result: SimResult,
-    arrival: np.ndarray,
+    results: list[SimResult],
+    ttft: np.ndarray,
 ) -> dict[str, Any]:
-    ttft = result.first_token - arrival
+    makespan = max(float(np.nanmax(r.finish)) for r in results if r.n_requests)
     return {
         "generator": f"pipeline generate {__version__}",
         "seed": spec.seed,
@@ -198,14 +210,17 @@ def _truth(
         "attention": spec.attention,
         "cost": cost.params(),
         "config": asdict(config),
+        # (single-server truth files keep their keys: the sample traces regenerate byte for byte)
+        **({"replicas": spec.replicas, "routing": spec.routing} if spec.replicas > 1 else {}),
         "arrival_process": workload.describe(),
         "estimated_capacity_rps": round(capacity, 3),
         "critical_batch": round(critical_batch(gpu, spec.weight_dtype), 1),
         "summary": {
-            "requests": result.n_requests,
-            "steps": result.steps,
-            "busy_fraction": round(result.busy_time / float(np.nanmax(result.finish)), 4),
-            "preemptions": int(result.preemptions.sum()),
+            "requests": sum(r.n_requests for r in results),
+            "steps": sum(r.steps for r in results),
+            # the servers' mean share of the run's span spent in steps
+            "busy_fraction": round(sum(r.busy_time for r in results) / makespan / len(results), 4),
+            "preemptions": sum(int(r.preemptions.sum()) for r in results),
             "ttft_p50_s": round(float(np.nanmedian(ttft)), 6),
             "ttft_p99_s": round(float(np.nanpercentile(ttft, 99)), 6),
         },

@@ -12,7 +12,7 @@ import io
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -21,6 +21,9 @@ import zstandard
 
 from pipeline.sim.records import request_frame
 from pipeline.sim.result import SimResult
+
+if TYPE_CHECKING:
+    from pipeline.sim.cluster import PoolResult
 
 CHUNK = 20_000
 
@@ -61,27 +64,72 @@ def write_jsonl(
     chunk: int = CHUNK,
 ) -> int:
     """Write one record per request in request order; returns the number of bytes written."""
-    n = len(arrival)
+    with open_output(path) as fh:
+        return _write(
+            fh, result, np.arange(len(arrival)), arrival, prompt, output, cached, start_unix,
+            metadata, token_times, chunk,
+        )  # fmt: skip
+
+
+def write_pool_jsonl(
+    path: Path,
+    pool: PoolResult,
+    *,
+    arrival: np.ndarray,
+    prompt: np.ndarray,
+    output: np.ndarray,
+    cached: np.ndarray,
+    start_unix: float,
+    metadata: dict[str, Any],
+    token_times: bool = True,
+    chunk: int = CHUNK,
+) -> int:
+    """Write a pool's requests server by server (``server`` sim-0, sim-1, ...), each server's in
+    its own order, request ids global; returns the number of bytes written."""
     written = 0
     with open_output(path) as fh:
-        for lo in range(0, n, chunk):
-            hi = min(lo + chunk, n)
-            frame = _frame(result, lo, hi, arrival, prompt, output, cached, start_unix, metadata)
-            if token_times:
-                offsets, times = result.token_times(lo, hi)
-                rel = _round(times - np.repeat(arrival[lo:hi], np.diff(offsets)))
-                lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(rel))
-                frame = frame.with_columns(pl.Series("token_times", lists))
-            buf = io.BytesIO()
-            frame.write_ndjson(buf)
-            data = buf.getvalue()
-            fh.write(data)
-            written += len(data)
+        for s, (result, ids) in enumerate(zip(pool.servers, pool.ids, strict=True)):
+            written += _write(
+                fh, result, ids, arrival[ids], prompt[ids], output[ids], cached[ids],
+                start_unix, metadata | {"server": f"sim-{s}"}, token_times, chunk,
+            )  # fmt: skip
+    return written
+
+
+def _write(
+    fh: IO[bytes],
+    result: SimResult,
+    ids: np.ndarray,
+    arrival: np.ndarray,
+    prompt: np.ndarray,
+    output: np.ndarray,
+    cached: np.ndarray,
+    start_unix: float,
+    metadata: dict[str, Any],
+    token_times: bool,
+    chunk: int,
+) -> int:
+    n = len(arrival)
+    written = 0
+    for lo in range(0, n, chunk):
+        hi = min(lo + chunk, n)
+        frame = _frame(result, ids, lo, hi, arrival, prompt, output, cached, start_unix, metadata)
+        if token_times:
+            offsets, times = result.token_times(lo, hi)
+            rel = _round(times - np.repeat(arrival[lo:hi], np.diff(offsets)))
+            lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(rel))
+            frame = frame.with_columns(pl.Series("token_times", lists))
+        buf = io.BytesIO()
+        frame.write_ndjson(buf)
+        data = buf.getvalue()
+        fh.write(data)
+        written += len(data)
     return written
 
 
 def _frame(
     result: SimResult,
+    ids: np.ndarray,
     lo: int,
     hi: int,
     arrival: np.ndarray,
@@ -92,7 +140,7 @@ def _frame(
     metadata: dict[str, Any],
 ) -> pl.DataFrame:
     return request_frame(
-        [f"req-{i:07d}" for i in range(lo, hi)],
+        [f"req-{i:07d}" for i in ids[lo:hi]],
         metadata,
         prompt=prompt[lo:hi],
         cached=cached[lo:hi],
