@@ -121,10 +121,10 @@ def test_rtx4090_vllm019_whole_log_replayed(tmp_path) -> None:
 @needs_shared
 def test_distserve_vllm_leave_one_run_out(tmp_path) -> None:
     """DistServe's vLLM OPT-13B runs (1-4 req/s, A100-80GB), each replayed with a model fitted on
-    the other three. Measured (docs/accuracy.md): median |error| TTFT 10.9 %, TPOT 4.9 %; worst
-    42.7 % (p90 TTFT at 3 req/s, at the KV cliff) and 14.9 % (the 2 req/s run, recorded ~1.5 h
-    after the others and ~15 % slower throughout). The TPOT median meets the issue's 5 %; the
-    TTFT median (10 %) and the worst-run bounds do not. Pinned at today's figures."""
+    the other three. Measured (docs/accuracy.md): median |error| TTFT 9.1 %, TPOT 4.7 %; worst
+    42.7 % (p90 TTFT at 3 req/s, at the KV cliff) and 16.7 % (the 2 req/s run, recorded ~1.5 h
+    after the others and ~15 % slower throughout). The medians meet the issue's 10 % / 5 %; the
+    worst-run bounds do not. Pinned at today's figures."""
     files = sorted(DS.glob("vllm-*.exp.txt"))
     sets = {"model": "facebook/opt-13b", "gpu": "A100-80GB", "gpu_count": 1,
             "weight_dtype": "fp16", "kv_dtype": "fp16"}  # fmt: skip
@@ -135,8 +135,8 @@ def test_distserve_vllm_leave_one_run_out(tmp_path) -> None:
     # No version recorded: the fit infers the scheduler, and V0 (what ran) explains it best.
     assert cals[0].scheduler_source == "inferred" and cals[0].scheduler == "vllm-v0"
     s = summary(rows, "leave-one-run-out")
-    assert s["ttft_median_abs_error"] < 0.115 and s["tpot_median_abs_error"] < 0.05
-    assert s["ttft_worst_abs_error"] < 0.44 and s["tpot_worst_abs_error"] < 0.155
+    assert s["ttft_median_abs_error"] < 0.10 and s["tpot_median_abs_error"] < 0.05
+    assert s["ttft_worst_abs_error"] < 0.44 and s["tpot_worst_abs_error"] < 0.175
 
 
 @needs_shared
@@ -145,9 +145,9 @@ def test_distserve_disaggregated_leave_one_run_out(tmp_path) -> None:
     manifest's [disaggregation] keys (each instance's limits as DistServe's launcher sets
     them) and calibrated as such, the decode instance pulling each prompt's KV inside the step
     that admits it at a fitted share of the link. Measured (docs/accuracy.md): in sample median
-    |error| TTFT 2.8 %, TPOT 1.3 % (worst 6.9 / 7.8 %); held out TTFT 4.2 %, TPOT 5.0 % (worst
-    7.6 / 11.8 %): the TTFT targets (10 % / 25 %) and the TPOT median (5 %) are met, the TPOT
-    worst (10 %) is not. Pinned at today's figures."""
+    |error| TTFT 3.6 %, TPOT 2.7 % (worst 6.3 / 9.2 %); held out TTFT 3.1 %, TPOT 0.7 % (worst
+    6.3 / 8.6 %): every target (10 % / 25 % TTFT, 5 % / 10 % TPOT) is met. Pinned at today's
+    figures. (From the first start alone: held out TTFT 4.2 / 7.6 %, TPOT 5.0 / 11.8 %.)"""
     from tests.conftest import REPO
 
     layout = Layout(tmp_path / "wh")
@@ -162,12 +162,12 @@ def test_distserve_disaggregated_leave_one_run_out(tmp_path) -> None:
     # The decode instance's KV lands inside one A100-80GB's sizing range (50-100 % of it).
     assert 30_000 < cals[0].kv_tokens < 66_000
     s = summary(rows, "in-sample")
-    assert s["ttft_median_abs_error"] < 0.03 and s["tpot_median_abs_error"] < 0.015
-    assert s["ttft_worst_abs_error"] < 0.075 and s["tpot_worst_abs_error"] < 0.085
+    assert s["ttft_median_abs_error"] < 0.04 and s["tpot_median_abs_error"] < 0.03
+    assert s["ttft_worst_abs_error"] < 0.065 and s["tpot_worst_abs_error"] < 0.095
     s = summary(rows, "leave-one-run-out")
-    assert s["ttft_median_abs_error"] < 0.045 and s["tpot_median_abs_error"] < 0.0505
-    assert s["ttft_worst_abs_error"] < 0.08 and s["tpot_worst_abs_error"] < 0.12
-    # The pull runs at a fitted share of the manifest's 300 GB/s (0.121 on all three runs).
+    assert s["ttft_median_abs_error"] < 0.035 and s["tpot_median_abs_error"] < 0.01
+    assert s["ttft_worst_abs_error"] < 0.065 and s["tpot_worst_abs_error"] < 0.09
+    # The pull runs at a fitted share of the manifest's 300 GB/s (0.18 on all three runs).
     assert cals[0].status["kv_link_share"] == "fitted"
     assert 0.02 < cals[0].values["kv_link_share"] < 0.5
 
