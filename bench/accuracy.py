@@ -186,9 +186,9 @@ PEERS = """## Peers' published errors (for comparison; their inputs differ)
 - Where the target of issue 11 (median |error| <= 10 % TTFT, <= 5 % TPOT; no run worse than
   25 % / 10 %) is missed, the tables say so. It is met for the RTX 4090 run, fitted on its whole
   log and on its first half. On DistServe's vLLM runs held out one by one the TTFT and TPOT
-  medians meet it (TTFT 9.1 %, TPOT 4.7 %); the worst runs do not. The 2 req/s run was recorded ~1.5 h after the
-  1, 3 and 4 req/s runs (its clock starts 5,600 s later; the others lie within 1,000 s), and
-  it is ~15 % slower throughout, prefill and decode alike. Fitted alone it wants MFU 0.53 and
+  medians meet it (TTFT 9.1 %, TPOT 4.7 %); the worst runs do not. The 2 req/s run was
+  recorded ~1.5 h after the 1, 3 and 4 req/s runs (its clock starts 5,600 s later; the
+  others lie within 1,000 s), and it is ~15 % slower throughout, prefill and decode alike. Fitted alone it wants MFU 0.53 and
   MBU 0.60 against 0.60-0.63 and 0.65-0.69 for the others, and no model shared by the four can
   follow that. Matched on the decode batch (5-35 requests, per-request decode windows
   rebuilt from arrival, first token and finish), observed / calibrated decode time is
