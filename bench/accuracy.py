@@ -183,22 +183,22 @@ PEERS = """## Peers' published errors (for comparison; their inputs differ)
 - The RTX 4090 run had prefix caching on and its hits are not logged: prefill work is counted
   as if nothing were cached, so its fitted MFU is an upper-bound-like figure (cached prompt
   tokens make prefill look faster than the FLOPs counted).
-- Where the target of issue 11 (median |error| <= 10 % TTFT, <= 5 % TPOT; no run worse than
-  25 % / 10 %) is missed, the tables say so. It is met for the RTX 4090 run, fitted on its whole
+- Where the target of issue 11 (median |error| <= 10 % TTFT, <= 5 % TPOT; no run worse than 25
+  % / 10 %) is missed, the tables say so. It is met for the RTX 4090 run, fitted on its whole
   log and on its first half. On DistServe's vLLM runs held out one by one the TTFT and TPOT
   medians meet it (TTFT 9.1 %, TPOT 4.7 %); the worst runs do not. The 2 req/s run was
-  recorded ~1.5 h after the 1, 3 and 4 req/s runs (its clock starts 5,600 s later; the
-  others lie within 1,000 s), and it is ~15 % slower throughout, prefill and decode alike. Fitted alone it wants MFU 0.53 and
-  MBU 0.60 against 0.60-0.63 and 0.65-0.69 for the others, and no model shared by the four can
-  follow that. Matched on the decode batch (5-35 requests, per-request decode windows
-  rebuilt from arrival, first token and finish), observed / calibrated decode time is
-  1.04-1.11 in the 2 req/s run against 0.96-1.01 in the 3 and 4 req/s runs, in every 15 s of
-  the run and every context bin; DistServe's own fitted vLLM profile, which never saw these
-  runs, shows the same run as the slowest (observed / profile 1.23 against 1.03-1.15). The
-  spread between runs of one server (about +-6 % in decode, +-10 % in prefill) is a floor
-  on what a held-out run can be predicted to. The p90 TTFT at 3 req/s sits on a
-  KV-capacity cliff. Fitted alone, that run gets 53.1k tokens and a p90 TTFT within 4 %;
-  held out, the capacity the other runs give misses it by 43 %.
+  recorded ~1.5 h after the 1, 3 and 4 req/s runs (its clock starts 5,600 s later; the others
+  lie within 1,000 s), and it is ~15 % slower throughout, prefill and decode alike. Fitted
+  alone it wants MFU 0.53 and MBU 0.60 against 0.60-0.63 and 0.65-0.69 for the others, and no
+  model shared by the four can follow that. Matched on the decode batch (5-35 requests,
+  per-request decode windows rebuilt from arrival, first token and finish), observed /
+  calibrated decode time is 1.04-1.11 in the 2 req/s run against 0.96-1.01 in the 3 and 4
+  req/s runs, in every 15 s of the run and every context bin; DistServe's own fitted vLLM
+  profile, which never saw these runs, shows the same run as the slowest (observed / profile
+  1.23 against 1.03-1.15). The spread between runs of one server (about +-6 % in decode, +-10
+  % in prefill) is a floor on what a held-out run can be predicted to. The p90 TTFT at 3 req/s
+  sits on a KV-capacity cliff. Fitted alone, that run gets 53.1k tokens and a p90 TTFT within
+  4 %; held out, the capacity the other runs give misses it by 43 %.
 - On DistServe's disaggregated runs held out, every target is met (TTFT 3.1 / 6.3 %, TPOT
   0.7 / 8.6 %, median / worst). DistServe's decode
   loop awaits each KV migration between its steps (`DecodingStageLLMEngine._step`), so the
