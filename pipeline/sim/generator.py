@@ -11,7 +11,6 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from pipeline.sim.config import EngineConfig, default_token_budget, kv_capacity_
 from pipeline.sim.engine import simulate
 from pipeline.sim.result import SimResult
 from pipeline.sim.workload import Workload, inter_arrivals, lengths
-from pipeline.sim.writer import write_jsonl, write_pool_jsonl
+from pipeline.sim.writer import write_jsonl
 
 ATTENTION = ("flash", "flashinfer", "sdpa", "eager")  # only eager materialises the score matrix
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -163,8 +162,9 @@ def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
         "weight_dtype": spec.weight_dtype,
         "kv_dtype": spec.kv_dtype,
     }
-    write = partial(write_pool_jsonl, out, pool) if pool else partial(write_jsonl, out, results[0])
-    nbytes = write(
+    nbytes = write_jsonl(
+        out,
+        pool or results[0],
         arrival=arrival,
         prompt=prompt,
         output=output,

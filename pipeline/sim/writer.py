@@ -52,7 +52,7 @@ def _round(x: np.ndarray) -> np.ndarray:
 
 def write_jsonl(
     path: Path,
-    result: SimResult,
+    result: SimResult | PoolResult,
     *,
     arrival: np.ndarray,
     prompt: np.ndarray,
@@ -63,35 +63,22 @@ def write_jsonl(
     token_times: bool = True,
     chunk: int = CHUNK,
 ) -> int:
-    """Write one record per request in request order; returns the number of bytes written."""
-    with open_output(path) as fh:
-        return _write(
-            fh, result, np.arange(len(arrival)), arrival, prompt, output, cached, start_unix,
-            metadata, token_times, chunk,
-        )  # fmt: skip
-
-
-def write_pool_jsonl(
-    path: Path,
-    pool: PoolResult,
-    *,
-    arrival: np.ndarray,
-    prompt: np.ndarray,
-    output: np.ndarray,
-    cached: np.ndarray,
-    start_unix: float,
-    metadata: dict[str, Any],
-    token_times: bool = True,
-    chunk: int = CHUNK,
-) -> int:
-    """Write a pool's requests server by server (``server`` sim-0, sim-1, ...), each server's in
-    its own order, request ids global; returns the number of bytes written."""
+    """Write one record per request; returns the number of bytes written. One server's result:
+    in request order. A pool's: server by server (``server`` sim-0, sim-1, ...), each in its own
+    order, request ids global."""
+    if isinstance(result, SimResult):
+        parts = [(result, np.arange(len(arrival)), metadata)]
+    else:
+        parts = [
+            (r, ids, metadata | {"server": f"sim-{s}"})
+            for s, (r, ids) in enumerate(zip(result.servers, result.ids, strict=True))
+        ]
     written = 0
     with open_output(path) as fh:
-        for s, (result, ids) in enumerate(zip(pool.servers, pool.ids, strict=True)):
+        for r, ids, meta in parts:
             written += _write(
-                fh, result, ids, arrival[ids], prompt[ids], output[ids], cached[ids],
-                start_unix, metadata | {"server": f"sim-{s}"}, token_times, chunk,
+                fh, r, ids, arrival[ids], prompt[ids], output[ids], cached[ids], start_unix,
+                meta, token_times, chunk,
             )  # fmt: skip
     return written
 
