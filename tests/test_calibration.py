@@ -167,9 +167,16 @@ def test_distserve_disaggregated_leave_one_run_out(tmp_path) -> None:
     s = summary(rows, "leave-one-run-out")
     assert s["ttft_median_abs_error"] < 0.035 and s["tpot_median_abs_error"] < 0.01
     assert s["ttft_worst_abs_error"] < 0.065 and s["tpot_worst_abs_error"] < 0.09
-    # The pull runs at a fitted share of the manifest's 300 GB/s (0.18 on all three runs).
-    assert cals[0].status["kv_link_share"] == "fitted"
+    # The pull runs at a share of the manifest's 300 GB/s: 0.18 on all three runs, 0.13-0.21
+    # held out. The jackknife's refits move it 0.12-0.28 (it trades against MBU), so its
+    # interval is wider than its value: not identifiable, never printed as fitted.
     assert 0.02 < cals[0].values["kv_link_share"] < 0.5
+    assert cals[0].status["kv_link_share"] == "not identifiable"
+    # The full fit's intervals hold what each held-out calibration found (with the Jacobian's
+    # alone, +-0.2 % wide, none of these did).
+    for name in ("mfu", "mbu", "kv_link_share"):
+        lo, hi = cals[0].ci[name]
+        assert all(lo <= c.values[name] <= hi for c in cals[1:]), name
 
 
 def test_manifest_disaggregation_is_checked(tmp_path) -> None:
@@ -280,6 +287,36 @@ def test_validation_does_not_depend_on_the_worker_count() -> None:
     one, _ = validate_deployment(dep, runs, workers=1)
     two, _ = validate_deployment(dep, runs, workers=2)
     assert one == two and len(one) == 2 * 2 * 7  # in-sample + held out, 2 runs x 7 metrics
+
+
+def test_intervals_hold_a_known_truth() -> None:
+    """Oracle: a log our simulator wrote from known parameters (3,000 requests of Llama-3.1-8B
+    on an H100 at 8 req/s, vLLM V1), so the truth replays it exactly. The search stops short of
+    it (MBU 0.83 for 0.75, per-step overhead 5.7 ms for 4 ms); the Jacobian's intervals were
+    +-0.02 % and held none of the five true values. The jackknife's hold four on this seed
+    (11 of 15 over three logs, docs/calibration.md): the step overhead's bias is the search's,
+    which no resampling sees, so it is asserted outside, not hidden."""
+    from pipeline.fit.calibrate import simulate_run
+
+    rng = np.random.default_rng(1)
+    n = 3000
+    arr = np.cumsum(rng.exponential(1 / 8.0, n))
+    p = np.clip(np.rint(np.exp(rng.normal(np.log(700), 0.9, n))), 8, 8000).astype(np.int64)
+    o = np.clip(np.rint(np.exp(rng.normal(np.log(200), 0.9, n))), 2, 4096).astype(np.int64)
+    dep = Deployment("llama-3.1-8b", "H100-SXM", engine="vllm", engine_version="0.19.0")
+    truth = {"mfu": 0.55, "mbu": 0.75, "overlap": 0.6, "step_overhead_s": 4e-3,
+             "seq_overhead_s": 1e-4}  # fmt: skip
+    base = Run("synthetic", arr - arr[0], p, o, np.zeros(n), np.zeros(n), kv_tokens=400_000)
+    ttft, e2e = simulate_run(truth, dep, "vllm-v1", base, 400_000, int((p + o).max()))
+    runs = [Run("synthetic", base.arrival, p, o, ttft, e2e, kv_tokens=400_000)]
+    inside = {
+        k: cal.ci[k][0] <= v <= cal.ci[k][1]
+        for cal in [calibrate(runs, dep)]
+        for k, v in truth.items()
+    }
+    assert inside == {k: k != "step_overhead_s" for k in truth}, inside
+    narrow = calibrate(runs, dep, intervals=False)
+    assert not any(narrow.ci[k][0] <= v <= narrow.ci[k][1] for k, v in truth.items())
 
 
 @needs_shared

@@ -108,14 +108,18 @@ def _calibrations(
     # threads the parent may hold.
     if n <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         out = []
-        for runs, w in zip(train, what, strict=True):
+        for i, (runs, w) in enumerate(zip(train, what, strict=True)):
             say(w)
-            out.append(calibrate(runs, dep))
+            out.append(calibrate(runs, dep, intervals=i == 0))
         return out
     say(f"{dep.label()}: {len(train)} calibrations in {n} processes")
     with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
         jobs = zip(train, what, strict=True)
-        futures = {pool.submit(calibrate, runs, dep): w for runs, w in jobs}
+        # The full fit (first) with its intervals; the held-out fits need their values only.
+        futures = {
+            pool.submit(calibrate, runs, dep, intervals=i == 0): w
+            for i, (runs, w) in enumerate(jobs)
+        }
         for f in as_completed(futures):
             say(f"{futures[f]}: done")
         return [f.result() for f in futures]
