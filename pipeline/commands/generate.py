@@ -10,7 +10,7 @@ import click
 from pipeline.catalog import UnknownName
 from pipeline.commands._common import Duration
 from pipeline.errors import UserError
-from pipeline.sim.generator import ATTENTION, DEFAULT_START, GenerateSpec, generate
+from pipeline.sim.generator import ATTENTION, BATCHING, DEFAULT_START, GenerateSpec, generate
 from pipeline.sim.workload import ARRIVALS
 
 DTYPES = ("bf16", "fp16", "fp8", "int8", "int4")
@@ -60,6 +60,22 @@ def _start(value: str | None) -> datetime:
     default="round-robin",
     show_default=True,
     help="How the router spreads requests over --replicas.",
+)
+@click.option(
+    "--batching",
+    type=click.Choice(BATCHING),
+    default="continuous",
+    show_default=True,
+    help="continuous: the token-level scheduler; static: request-level batches of at most "
+    "--max-num-seqs that run until their longest request finishes, each request reserving the "
+    "model's context in KV (replay's `policy = \"static\"`).",
+)
+@click.option(
+    "--max-seq-len",
+    type=click.IntRange(min=2),
+    default=None,
+    help="With --batching static: KV tokens each request reserves, so prompt + output stays "
+    "within it [default: the model's context].",
 )
 @click.option(
     "--arrivals",
@@ -124,6 +140,8 @@ def command(
     seed: int,
     replicas: int,
     routing: str,
+    batching: str,
+    max_seq_len: int | None,
     arrivals: str,
     attention: str,
     gpu_count: int,
@@ -149,6 +167,7 @@ def command(
       pipeline generate --out traces/h100.jsonl.gz --requests 5000 --gpu H100-SXM \\
           --model meta-llama/Llama-3.1-8B-Instruct --arrivals bursty --seed 7
       pipeline generate --out traces/pool.jsonl --replicas 4 --routing least-loaded
+      pipeline generate --out traces/static.jsonl --batching static --max-seq-len 4096
       pipeline ingest traces/h100.jsonl.gz
     """
     pinned = {
@@ -174,6 +193,8 @@ def command(
         token_times=not no_token_times,
         replicas=replicas,
         routing=routing,
+        batching=batching,
+        max_seq_len=max_seq_len,
         efficiencies=pinned,
     )
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -42,6 +42,7 @@ from pipeline.sim.config import (
     EngineConfig,
     default_token_budget,
     kv_capacity_tokens,
+    kv_slots,
 )
 from pipeline.sim.disaggregated import simulate_disaggregated
 from pipeline.warehouse.arrow import polars_schema
@@ -171,9 +172,7 @@ def _engine_config(
     static_batch = None
     limit = kv_tokens
     if s.kv_layout == "contiguous" or s.policy == "static":
-        fit = kv_tokens // reserve
-        if fit < 1:
-            raise ValueError(f"the KV cache ({kv_tokens} tokens) holds no {reserve}-token slot")
+        fit = kv_slots(kv_tokens, reserve)
         if s.policy == "static":
             static_batch = min(mns, fit)
         elif fit < mns:

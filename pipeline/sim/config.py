@@ -25,6 +25,15 @@ def default_token_budget(
     return max(VLLM_TOKEN_BUDGET, min(max_model_len, kv_tokens), longest)
 
 
+def kv_slots(kv_tokens: int, reserve: int) -> int:
+    """Sequences a KV cache of ``kv_tokens`` holds when each reserves ``reserve`` tokens up front
+    (static batching, contiguous KV): generator and replay call this one rule."""
+    slots = kv_tokens // max(reserve, 1)
+    if slots < 1:
+        raise ValueError(f"the KV cache ({kv_tokens} tokens) holds no {reserve}-token slot")
+    return slots
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Continuous-batching scheduler of one server (one replica of ``tp`` GPUs).

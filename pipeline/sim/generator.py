@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,13 +19,14 @@ import numpy as np
 from pipeline import __version__, catalog
 from pipeline.physics import StepCost, StepWork, critical_batch
 from pipeline.sim.cluster import Pool, simulate_pool
-from pipeline.sim.config import EngineConfig, default_token_budget, kv_capacity_tokens
+from pipeline.sim.config import EngineConfig, default_token_budget, kv_capacity_tokens, kv_slots
 from pipeline.sim.engine import simulate
 from pipeline.sim.result import SimResult
 from pipeline.sim.workload import Workload, inter_arrivals, lengths
 from pipeline.sim.writer import write_jsonl
 
 ATTENTION = ("flash", "flashinfer", "sdpa", "eager")  # only eager materialises the score matrix
+BATCHING = ("continuous", "static")
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
 # Realistic ranges (cmh §6: prefill MFU 0.45-0.7, batch-1 decode MBU 0.55-0.76, step overheads of
 # a few ms; BLIS fits 4.4 us per request per step).
@@ -58,10 +59,16 @@ class GenerateSpec:
     token_times: bool = True
     replicas: int = 1  # identical servers behind one router (sim-0, sim-1, ...)
     routing: str = "round-robin"  # or "least-loaded"
+    # "static": request-level batching (a batch runs until its longest request finishes), each
+    # request reserving the model's context in KV; "continuous": the token-level scheduler.
+    batching: str = "continuous"
+    max_seq_len: int | None = None  # static: tokens each request reserves [model context]
     efficiencies: dict[str, float] = field(default_factory=dict)  # pin mfu, mbu, ... by name
     workload: dict[str, Any] = field(default_factory=dict)  # extra Workload fields
 
     def __post_init__(self) -> None:
+        if self.batching not in BATCHING:
+            raise ValueError(f"batching must be one of {BATCHING}, got {self.batching!r}")
         if self.attention not in ATTENTION:
             raise ValueError(f"attention must be one of {ATTENTION}, got {self.attention!r}")
         unknown = set(self.efficiencies) - set(TRUTH_RANGES)
@@ -91,6 +98,20 @@ def estimate_capacity(
     step = float(cost.decode_step_time(batch, batch * mean_ctx))
     prefill = float(cost.compute_seconds(StepWork.prefill(mean_prompt)))
     return 1.0 / (prefill + mean_output * step / batch)
+
+
+def estimate_static_capacity(
+    pool: Pool, prompt: np.ndarray, output: np.ndarray, batches: int = 10
+) -> float:
+    """Requests/s one static-batching server completes when its queue never empties: measured
+    on the simulator, ``batches`` full batches of the sampled requests all waiting at t = 0.
+    (A closed form from the mean longest output of a batch was 1.7x too high: the batch's
+    steps also carry the finished requests' reserved context.)"""
+    assert pool.static_batch is not None
+    n = min(len(prompt), batches * pool.static_batch)
+    one = replace(pool, replicas=1)
+    res = simulate_pool(np.zeros(n), prompt[:n], output[:n], one, np.zeros(n, np.int64))
+    return n / float(np.nanmax(res.finish))
 
 
 def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
@@ -130,19 +151,29 @@ def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
     )
     kv_whole_blocks = config.total_blocks * config.block_size
     max_total = kv_whole_blocks if spec.chunked_prefill else min(kv_whole_blocks, mbt)
+    static_batch, reserve = None, 0
+    if spec.batching == "static":
+        # As replay's static policy: each request reserves max_seq_len (default the model's
+        # context, at most the KV cache), so the batch is what fits.
+        reserve = min(spec.max_seq_len or model.max_context, kv_tokens)
+        static_batch = min(spec.max_num_seqs, kv_slots(kv_tokens, reserve))
+        max_total = reserve - 1
     probe = Workload(requests=spec.requests, rate=1.0, arrivals=spec.arrivals, **spec.workload)
     prompt, output = lengths(probe, length_rng, model.max_context, max_total)
-    capacity = estimate_capacity(cost, config, float(prompt.mean()), float(output.mean()))
+    if static_batch is None:
+        capacity = estimate_capacity(cost, config, float(prompt.mean()), float(output.mean()))
+    else:
+        servers = Pool(config, cost, spec.replicas, spec.routing, static_batch, reserve)
+        capacity = estimate_static_capacity(servers, prompt, output)
     # 60 % of the pool's capacity: each replica as busy as one server alone would be
     rate = spec.rate if spec.rate is not None else round(0.6 * capacity * spec.replicas, 3)
     workload = Workload(requests=spec.requests, rate=rate, arrivals=spec.arrivals, **spec.workload)
     arrival = np.cumsum(inter_arrivals(workload, arrival_rng))
     cached = np.zeros_like(prompt)
     pool = None
-    if spec.replicas > 1:
-        pool = simulate_pool(
-            arrival, prompt, output, Pool(config, cost, spec.replicas, spec.routing), cached
-        )
+    if spec.replicas > 1 or static_batch is not None:
+        servers = Pool(config, cost, spec.replicas, spec.routing, static_batch, reserve)
+        pool = simulate_pool(arrival, prompt, output, servers, cached)
         results = pool.servers
     else:
         results = [simulate(arrival, prompt, output, config, cost, cached_tokens=cached)]
@@ -155,9 +186,9 @@ def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
         "gpu_count": spec.gpu_count,
         "engine": "sim",
         "engine_version": __version__,
-        "max_num_seqs": config.max_num_seqs,
-        "max_batched_tokens": config.max_batched_tokens,
-        "chunked_prefill": config.chunked_prefill,
+        "max_num_seqs": config.max_num_seqs if static_batch is None else static_batch,
+        "max_batched_tokens": config.max_batched_tokens if static_batch is None else None,
+        "chunked_prefill": config.chunked_prefill and static_batch is None,
         "attention": spec.attention,
         "weight_dtype": spec.weight_dtype,
         "kv_dtype": spec.kv_dtype,
@@ -175,7 +206,10 @@ def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
     )
     finished = time.perf_counter()
     first = pool.first_token if pool else results[0].first_token
-    truth = _truth(spec, model, gpu, cost, config, workload, capacity, results, first - arrival)
+    truth = _truth(
+        spec, model, gpu, cost, config, workload, capacity, results, first - arrival,
+        static_batch, reserve,
+    )  # fmt: skip
     Path(f"{out}.truth.json").write_text(json.dumps(truth, indent=2) + "\n", encoding="utf-8")
     # Timings vary run to run, so they are returned but kept out of the (reproducible) truth file.
     truth["timing_s"] = {
@@ -196,6 +230,8 @@ def _truth(
     capacity: float,
     results: list[SimResult],
     ttft: np.ndarray,
+    static: int | None = None,
+    reserve: int = 0,
 ) -> dict[str, Any]:
     makespan = max(float(np.nanmax(r.finish)) for r in results if r.n_requests)
     return {
@@ -212,6 +248,11 @@ def _truth(
         "config": asdict(config),
         # (single-server truth files keep their keys: the sample traces regenerate byte for byte)
         **({"replicas": spec.replicas, "routing": spec.routing} if spec.replicas > 1 else {}),
+        **(
+            {"batching": "static", "static_batch": static, "static_reserve": reserve}
+            if static
+            else {}
+        ),
         "arrival_process": workload.describe(),
         "estimated_capacity_rps": round(capacity, 3),
         "critical_batch": round(critical_batch(gpu, spec.weight_dtype), 1),
