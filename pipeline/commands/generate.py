@@ -10,6 +10,7 @@ import click
 from pipeline.catalog import UnknownName
 from pipeline.commands._common import Duration
 from pipeline.errors import UserError
+from pipeline.ingest.metadata import MetadataError, manifest_tables
 from pipeline.sim.generator import ATTENTION, BATCHING, DEFAULT_START, GenerateSpec, generate
 from pipeline.sim.workload import ARRIVALS
 
@@ -78,6 +79,16 @@ def _start(value: str | None) -> datetime:
     "within it [default: the model's context].",
 )
 @click.option(
+    "--disaggregation",
+    "disaggregation_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="TOML file whose [disaggregation] table (a run manifest's keys: prefill_tp, decode_tp, "
+    "prefill_replicas, decode_replicas, kv_bandwidth_gbps, kv_latency_s, per-instance limits) "
+    "describes a DistServe-style deployment to simulate; FILE.run.toml is written beside the "
+    "trace so that `pipeline ingest` records it.",
+)
+@click.option(
     "--arrivals",
     type=click.Choice(ARRIVALS),
     default="poisson",
@@ -142,6 +153,7 @@ def command(
     routing: str,
     batching: str,
     max_seq_len: int | None,
+    disaggregation_file: Path | None,
     arrivals: str,
     attention: str,
     gpu_count: int,
@@ -168,6 +180,8 @@ def command(
           --model meta-llama/Llama-3.1-8B-Instruct --arrivals bursty --seed 7
       pipeline generate --out traces/pool.jsonl --replicas 4 --routing least-loaded
       pipeline generate --out traces/static.jsonl --batching static --max-seq-len 4096
+      pipeline generate --out traces/ds.jsonl --model facebook/opt-13b --gpu A100-80GB \\
+          --disaggregation examples/manifests/distserve-c21d11.run.toml
       pipeline ingest traces/h100.jsonl.gz
     """
     pinned = {
@@ -195,6 +209,7 @@ def command(
         routing=routing,
         batching=batching,
         max_seq_len=max_seq_len,
+        disaggregation=_disaggregation(disaggregation_file),
         efficiencies=pinned,
     )
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -210,6 +225,19 @@ def command(
         f"written in {truth['timing_s']['write']:.1f} s",
         err=True,
     )
+
+
+def _disaggregation(path: Path | None) -> dict | None:
+    """The [disaggregation] table of ``path``, checked as `pipeline ingest` checks a manifest's."""
+    if path is None:
+        return None
+    try:
+        tables = manifest_tables(path, path)
+    except MetadataError as exc:
+        raise UserError(str(exc)) from exc
+    if "disaggregation" not in tables:
+        raise UserError(f"{path}: no [disaggregation] table (or enabled = false)")
+    return tables["disaggregation"]
 
 
 def _size(out, uncompressed: int) -> str:

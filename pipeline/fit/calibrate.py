@@ -41,12 +41,12 @@ from numpy.typing import NDArray
 from scipy.optimize import minimize
 
 from pipeline import catalog
-from pipeline.physics import StepCost, kv_bytes_per_token
+from pipeline.physics import StepCost
 from pipeline.schema import deployment as deployment_key
 from pipeline.schema.latency import latencies
 from pipeline.sim.cluster import Pool
 from pipeline.sim.config import VLLM_V0_WATERMARK, EngineConfig, kv_capacity_tokens
-from pipeline.sim.disaggregated import simulate_disaggregated
+from pipeline.sim.disaggregated import distserve_configs, pull_seconds, simulate_disaggregated
 from pipeline.sim.engine import simulate
 
 F64 = NDArray[np.float64]
@@ -309,8 +309,9 @@ def kv_pull_seconds(dep: Deployment, prompt: NDArray[np.int64], share: float) ->
     ``kv_latency_s`` + bytes / (``share`` x ``kv_bandwidth_gbps``)."""
     d = dep.disagg()
     bw = float(d.get("kv_bandwidth_gbps", 25.0)) * 1e9 * share
-    per_token = kv_bytes_per_token(catalog.model(dep.model), dep.kv_dtype)
-    return float(d.get("kv_latency_s", 1e-3)) + per_token * prompt / bw
+    return pull_seconds(
+        catalog.model(dep.model), dep.kv_dtype, prompt, bw, float(d.get("kv_latency_s", 1e-3))
+    )
 
 
 def _simulate_disaggregated(
@@ -329,26 +330,8 @@ def _simulate_disaggregated(
     p_kv = kv_capacity_tokens(
         model, gpu, tp=ptp, weight_dtype=dep.weight_dtype, kv_dtype=dep.kv_dtype
     )
-    longest_prompt = int(run.prompt.max())
-    # Each instance's limits as the manifest records them (DistServe's --context-* and
-    # --decoding-* flags), else the deployment's, else DistServe's api_server defaults.
-    p_cfg = EngineConfig(
-        kv_capacity_tokens=max(p_kv, longest_prompt + 16),
-        max_num_seqs=int(d.get("prefill_max_num_seqs", dep.max_num_seqs or 256)),
-        max_batched_tokens=max(
-            int(d.get("prefill_max_batched_tokens", dep.max_batched_tokens or 4096)),
-            longest_prompt,
-        ),
-        chunked_prefill=False,
-        mixed_prefill=False,
-    )
-    d_cfg = EngineConfig(
-        kv_capacity_tokens=max(kv, longest + 16),
-        max_num_seqs=int(d.get("decode_max_num_seqs", dep.max_num_seqs or 256)),
-        max_batched_tokens=max(
-            int(d.get("decode_max_batched_tokens", dep.max_batched_tokens or 8192)), 256
-        ),
-        chunked_prefill=True,
+    p_cfg, d_cfg = distserve_configs(
+        d, p_kv, kv, int(run.prompt.max()), longest, dep.max_num_seqs, dep.max_batched_tokens
     )
     res = simulate_disaggregated(
         run.arrival,

@@ -420,6 +420,7 @@ class Ingestor:
         fill = {**metadata.run_manifest(path, self.options.manifest), **self.options.sets}
         self._tables = metadata.manifest_tables(path, self.options.manifest)
         self._runs_seen = False
+        self._run_ids: set[str] = set()
         dedup = self._dedup = _Dedup(self.layout)
         if self.options.reingest:  # this file's own earlier rows are not duplicates of it
             known = self.layout.manifest(self._digest.result())
@@ -447,11 +448,13 @@ class Ingestor:
                 "please report it with the file",
             )
         if self._tables and not self._runs_seen and c["ingested"]:
-            # The reader wrote no runs row: one for the file's own run id carries the tables
-            # (a log whose rows name other run ids gets them through a per-file manifest).
+            # The reader wrote no runs row: one per run id the file's rows name carries the
+            # tables (our JSONL names its own run ids: a generated DistServe trace's manifest
+            # went to the file's default id, which no request had).
             from pipeline.readers._common import runs_frame
 
-            row = runs_frame(fmt, ctx, [{"run_id": ctx.default_run_id, "metadata": self._tables}])
+            ids = sorted(self._run_ids) or [ctx.default_run_id]
+            row = runs_frame(fmt, ctx, [{"run_id": i, "metadata": self._tables} for i in ids])
             staged.add("runs", _with_source(row, source, fmt))
         self._counts = c
 
@@ -490,6 +493,8 @@ class Ingestor:
             c["duplicates"] += dups
             v = validate(req, fmt, source, getattr(self._reader, "required_fields", ()))
             staged.add("requests", v.requests)
+            if self._tables:  # the runs the manifest's tables describe: those the rows name
+                self._run_ids.update(v.requests["run_id"].unique().to_list())
             if v.rejected.height:  # the hash is only awaited when a row needs it
                 staged.add("quarantine", _quarantine_frame(v.rejected, source, fmt, self._sha()))
             c["ingested"] += v.requests.height

@@ -31,7 +31,6 @@ import polars as pl
 
 from pipeline import catalog
 from pipeline.fit.core import FittedModel, GroupKey
-from pipeline.physics import kv_bytes_per_token
 from pipeline.replay.config import WhatIf
 from pipeline.replay.cost import CostChoice, Target, choose, choose_calibrated
 from pipeline.replay.workload import Workload
@@ -44,7 +43,7 @@ from pipeline.sim.config import (
     kv_capacity_tokens,
     kv_slots,
 )
-from pipeline.sim.disaggregated import simulate_disaggregated
+from pipeline.sim.disaggregated import DisaggregatedResult, pull_seconds, simulate_disaggregated
 from pipeline.warehouse.arrow import polars_schema
 
 NAN = float("nan")
@@ -279,6 +278,7 @@ class ReplayResult:
     server: list[str]  # label per request
     pools: dict[str, PoolResult] = field(default_factory=dict)
     wall_s: float = 0.0
+    disaggregated: DisaggregatedResult | None = None
 
     @property
     def n(self) -> int:
@@ -294,28 +294,8 @@ class ReplayResult:
                     offs, times = pr.servers[k].token_times(lo, hi)
                     yield ids[lo:hi], offs, times
             return
-        pre, dec = self.pools["prefill"], self.pools["decode"]
-        for k, ids in enumerate(dec.ids):
-            for lo in range(0, len(ids), chunk):
-                hi = min(lo + chunk, len(ids))
-                offs, times = dec.servers[k].token_times(lo, hi)
-                g = ids[lo:hi]
-                counts = np.diff(offs) + 1
-                new_offs = np.concatenate(([0], np.cumsum(counts)))
-                out = np.empty(int(new_offs[-1]))
-                head = new_offs[:-1]
-                mask = np.ones(len(out), dtype=bool)
-                mask[head] = False
-                out[head] = pre.first_token[g]
-                out[mask] = times
-                yield g, new_offs, out
-        # Requests with at most one output token never reach the decode pool.
-        only = np.flatnonzero(self.ok & (self.workload.output <= 1))
-        for lo in range(0, len(only), chunk):
-            g = only[lo : lo + chunk]
-            counts = (self.workload.output[g] >= 1).astype(np.int64)
-            offs = np.concatenate(([0], np.cumsum(counts)))
-            yield g, offs, pre.first_token[g][counts == 1]
+        assert self.disaggregated is not None
+        yield from self.disaggregated.token_chunks(self.workload.output, chunk)
 
     def steps_frame(self, run_id: str) -> pl.DataFrame:
         parts = []
@@ -410,6 +390,7 @@ def simulate_scenario(
     server = [""] * n
     pools: dict[str, PoolResult] = {}
     idx = np.flatnonzero(ok)
+    dis = None
     if not scenario.disaggregated:
         plan = scenario.pools[0]
         r = simulate_pool(
@@ -424,8 +405,10 @@ def simulate_scenario(
             server[i] = labels[rep[i]]
     else:
         p_plan, d_plan = scenario.pools
-        kvb = kv_bytes_per_token(scenario.model, scenario.kv_dtype)
-        pull = scenario.kv_transfer_latency + kvb * prompt / scenario.kv_transfer_bw
+        pull = pull_seconds(
+            scenario.model, scenario.kv_dtype, prompt, scenario.kv_transfer_bw,
+            scenario.kv_transfer_latency,
+        )  # fmt: skip
         dis = simulate_disaggregated(
             arr, prompt, out, p_plan.pool, d_plan.pool, pull, cached, subset=idx, fast=fast,
             record_steps=record_steps,
@@ -441,7 +424,7 @@ def simulate_scenario(
             server[i] += ">" + _label("decode", int(rd.replica[i]))
     return ReplayResult(
         scenario, workload, ok, sched, first, fin, pre_n, server, pools,
-        time.perf_counter() - t_start,
+        time.perf_counter() - t_start, dis,
     )  # fmt: skip
 
 

@@ -20,6 +20,12 @@ from pipeline import __version__, catalog
 from pipeline.physics import StepCost, StepWork, critical_batch
 from pipeline.sim.cluster import Pool, simulate_pool
 from pipeline.sim.config import EngineConfig, default_token_budget, kv_capacity_tokens, kv_slots
+from pipeline.sim.disaggregated import (
+    DisaggregatedResult,
+    distserve_configs,
+    pull_seconds,
+    simulate_disaggregated,
+)
 from pipeline.sim.engine import simulate
 from pipeline.sim.result import SimResult
 from pipeline.sim.workload import Workload, inter_arrivals, lengths
@@ -63,12 +69,20 @@ class GenerateSpec:
     # request reserving the model's context in KV; "continuous": the token-level scheduler.
     batching: str = "continuous"
     max_seq_len: int | None = None  # static: tokens each request reserves [model context]
+    # A DistServe-style deployment: a run manifest's [disaggregation] keys (prefill_tp,
+    # decode_tp, *_replicas, kv_bandwidth_gbps, kv_latency_s, per-instance limits).
+    disaggregation: dict[str, Any] | None = None
     efficiencies: dict[str, float] = field(default_factory=dict)  # pin mfu, mbu, ... by name
     workload: dict[str, Any] = field(default_factory=dict)  # extra Workload fields
 
     def __post_init__(self) -> None:
         if self.batching not in BATCHING:
             raise ValueError(f"batching must be one of {BATCHING}, got {self.batching!r}")
+        if self.disaggregation is not None and (self.batching != "continuous" or self.replicas > 1):
+            raise ValueError(
+                "disaggregation takes its replicas from [disaggregation] prefill_replicas / "
+                "decode_replicas, and static batching with disaggregation is not modelled"
+            )
         if self.attention not in ATTENTION:
             raise ValueError(f"attention must be one of {ATTENTION}, got {self.attention!r}")
         unknown = set(self.efficiencies) - set(TRUTH_RANGES)
@@ -98,6 +112,76 @@ def estimate_capacity(
     step = float(cost.decode_step_time(batch, batch * mean_ctx))
     prefill = float(cost.compute_seconds(StepWork.prefill(mean_prompt)))
     return 1.0 / (prefill + mean_output * step / batch)
+
+
+class _DistServe:
+    """A disaggregated deployment's set-up for generate: the instances' step costs, KV caches and
+    schedulers as `pipeline fit` models a recorded one (``sim.disaggregated.distserve_configs``),
+    the link at the full ``kv_bandwidth_gbps`` of the keys."""
+
+    def __init__(self, spec: GenerateSpec, model: catalog.Model, gpu: catalog.GPU, eff: dict):
+        d = self.keys = dict(spec.disaggregation or {})
+        self.spec, self.model = spec, model
+        self.ptp = int(d.get("prefill_tp", spec.gpu_count))
+        self.dtp = int(d.get("decode_tp", spec.gpu_count))
+        self.prefill_replicas = int(d.get("prefill_replicas", 1))
+        self.decode_replicas = int(d.get("decode_replicas", 1))
+        self.gpus = self.ptp * self.prefill_replicas + self.dtp * self.decode_replicas
+
+        def cost(tp: int) -> StepCost:
+            return StepCost(
+                model, gpu, tp=tp, weight_dtype=spec.weight_dtype, kv_dtype=spec.kv_dtype,
+                flash_attention=spec.attention != "eager", **eff,
+            )  # fmt: skip
+
+        def kv(tp: int) -> int:
+            return kv_capacity_tokens(
+                model, gpu, tp=tp, weight_dtype=spec.weight_dtype, kv_dtype=spec.kv_dtype
+            )
+
+        self.prefill_cost, self.decode_cost = cost(self.ptp), cost(self.dtp)
+        self.prefill_kv, self.decode_kv = kv(self.ptp), kv(self.dtp)
+
+    def plan(self, prompt: np.ndarray, output: np.ndarray) -> float:
+        """Set the schedulers for these lengths; return the requests/s the slower instance
+        sustains (prefill: its replicas over one mean prompt's compute; decode: full batches of
+        the mean context)."""
+        self.prefill_config, self.decode_config = distserve_configs(
+            self.keys, self.prefill_kv, self.decode_kv, int(prompt.max()),
+            int((prompt + output).max()), self.spec.max_num_seqs, self.spec.max_batched_tokens,
+        )  # fmt: skip
+        mean_prompt, mean_output = float(prompt.mean()), float(output.mean())
+        pre = self.prefill_replicas / float(
+            self.prefill_cost.compute_seconds(StepWork.prefill(mean_prompt))
+        )
+        cfg, ctx = self.decode_config, mean_prompt + mean_output / 2.0
+        batch = max(1.0, min(cfg.max_num_seqs, cfg.kv_capacity_tokens / ctx))
+        step = float(self.decode_cost.decode_step_time(batch, batch * ctx))
+        dec = self.decode_replicas * batch / (mean_output * step)
+        return min(pre, dec)
+
+    def simulate(
+        self, arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray, cached: np.ndarray
+    ) -> DisaggregatedResult:
+        bw = float(self.keys.get("kv_bandwidth_gbps", 25.0)) * 1e9
+        pull = pull_seconds(
+            self.model, self.spec.kv_dtype, prompt, bw, float(self.keys.get("kv_latency_s", 1e-3))
+        )
+        routing = self.spec.routing
+        return simulate_disaggregated(
+            arrival, prompt, output,
+            Pool(self.prefill_config, self.prefill_cost, self.prefill_replicas, routing),
+            Pool(self.decode_config, self.decode_cost, self.decode_replicas, routing),
+            pull, cached,
+        )  # fmt: skip
+
+
+def _write_manifest(path: Path, keys: dict[str, Any]) -> None:
+    """``<trace>.run.toml``: the [disaggregation] table, so that `pipeline ingest` of the trace
+    records the deployment as disaggregated and `pipeline fit` calibrates it as such."""
+    lines = ["# written by pipeline generate", "[disaggregation]"]
+    lines += [f"{k} = {str(v).lower() if isinstance(v, bool) else v!r}" for k, v in keys.items()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def estimate_static_capacity(
@@ -152,6 +236,10 @@ def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
     kv_whole_blocks = config.total_blocks * config.block_size
     max_total = kv_whole_blocks if spec.chunked_prefill else min(kv_whole_blocks, mbt)
     static_batch, reserve = None, 0
+    disagg = spec.disaggregation
+    if disagg is not None:
+        dis_setup = _DistServe(spec, model, gpu, eff)
+        max_total = min(dis_setup.prefill_kv, dis_setup.decode_kv) - 1
     if spec.batching == "static":
         # As replay's static policy: each request reserves max_seq_len (default the model's
         # context, at most the KV cache), so the batch is what fits.
@@ -160,18 +248,24 @@ def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
         max_total = reserve - 1
     probe = Workload(requests=spec.requests, rate=1.0, arrivals=spec.arrivals, **spec.workload)
     prompt, output = lengths(probe, length_rng, model.max_context, max_total)
-    if static_batch is None:
+    if disagg is not None:
+        capacity = dis_setup.plan(prompt, output)
+    elif static_batch is None:
         capacity = estimate_capacity(cost, config, float(prompt.mean()), float(output.mean()))
     else:
         servers = Pool(config, cost, spec.replicas, spec.routing, static_batch, reserve)
         capacity = estimate_static_capacity(servers, prompt, output)
-    # 60 % of the pool's capacity: each replica as busy as one server alone would be
+    # 60 % of the pool's capacity: each replica as busy as one server alone would be (for a
+    # disaggregated deployment, capacity is already its slower instance's)
     rate = spec.rate if spec.rate is not None else round(0.6 * capacity * spec.replicas, 3)
     workload = Workload(requests=spec.requests, rate=rate, arrivals=spec.arrivals, **spec.workload)
     arrival = np.cumsum(inter_arrivals(workload, arrival_rng))
     cached = np.zeros_like(prompt)
-    pool = None
-    if spec.replicas > 1 or static_batch is not None:
+    pool: Any = None
+    if disagg is not None:
+        pool = dis_setup.simulate(arrival, prompt, output, cached)
+        results = pool.prefill.servers + pool.decode.servers
+    elif spec.replicas > 1 or static_batch is not None:
         servers = Pool(config, cost, spec.replicas, spec.routing, static_batch, reserve)
         pool = simulate_pool(arrival, prompt, output, servers, cached)
         results = pool.servers
@@ -183,7 +277,7 @@ def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
         "server": "sim-0",
         "model": model.hf_id,
         "gpu": gpu.name,
-        "gpu_count": spec.gpu_count,
+        "gpu_count": spec.gpu_count if disagg is None else dis_setup.gpus,
         "engine": "sim",
         "engine_version": __version__,
         "max_num_seqs": config.max_num_seqs if static_batch is None else static_batch,
@@ -193,6 +287,11 @@ def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
         "weight_dtype": spec.weight_dtype,
         "kv_dtype": spec.kv_dtype,
     }
+    if disagg is not None:
+        # The instances' limits are the spec's as given (None: DistServe's defaults), so that a
+        # fit of this trace reads the limits it ran with.
+        metadata |= {"max_batched_tokens": spec.max_batched_tokens, "chunked_prefill": None}
+        _write_manifest(Path(f"{out}.run.toml"), disagg)
     nbytes = write_jsonl(
         out,
         pool or results[0],
@@ -253,11 +352,12 @@ def _truth(
             if static
             else {}
         ),
+        **({"disaggregation": spec.disaggregation} if spec.disaggregation else {}),
         "arrival_process": workload.describe(),
         "estimated_capacity_rps": round(capacity, 3),
         "critical_batch": round(critical_batch(gpu, spec.weight_dtype), 1),
         "summary": {
-            "requests": sum(r.n_requests for r in results),
+            "requests": len(ttft),  # (a disaggregated request is on two servers)
             "steps": sum(r.steps for r in results),
             # the servers' mean share of the run's span spent in steps
             "busy_fraction": round(sum(r.busy_time for r in results) / makespan / len(results), 4),

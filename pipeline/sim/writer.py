@@ -19,6 +19,7 @@ import polars as pl
 import pyarrow as pa
 import zstandard
 
+from pipeline.sim.disaggregated import DisaggregatedResult
 from pipeline.sim.records import request_frame
 from pipeline.sim.result import SimResult
 
@@ -52,7 +53,7 @@ def _round(x: np.ndarray) -> np.ndarray:
 
 def write_jsonl(
     path: Path,
-    result: SimResult | PoolResult,
+    result: SimResult | PoolResult | DisaggregatedResult,
     *,
     arrival: np.ndarray,
     prompt: np.ndarray,
@@ -65,78 +66,61 @@ def write_jsonl(
 ) -> int:
     """Write one record per request; returns the number of bytes written. One server's result:
     in request order. A pool's: server by server (``server`` sim-0, sim-1, ...), each in its own
-    order, request ids global."""
+    order, request ids global. A disaggregated deployment's: decode server by decode server,
+    then the one-token requests (``server`` as in ``metadata``: a log of one endpoint)."""
+    written = 0
+    with open_output(path) as fh:
+        for g, meta, tokens in _chunks(result, output, metadata, token_times, chunk):
+            frame = request_frame(
+                [f"req-{i:07d}" for i in g],
+                meta,
+                prompt=prompt[g],
+                cached=cached[g],
+                output=output[g],
+                clock="unix",
+                t0=start_unix,
+                arrival=arrival[g],
+                scheduled=result.scheduled[g],
+                first_token=result.first_token[g],
+                finish=result.finish[g],
+                digits=6,
+            )
+            if tokens is not None:
+                offsets, times = tokens
+                rel = _round(times - np.repeat(arrival[g], np.diff(offsets)))
+                lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(rel))
+                frame = frame.with_columns(pl.Series("token_times", lists))
+            buf = io.BytesIO()
+            frame.write_ndjson(buf)
+            data = buf.getvalue()
+            fh.write(data)
+            written += len(data)
+    return written
+
+
+Tokens = tuple[np.ndarray, np.ndarray] | None
+
+
+def _chunks(
+    result: SimResult | PoolResult | DisaggregatedResult,
+    output: np.ndarray,
+    metadata: dict[str, Any],
+    token_times: bool,
+    chunk: int,
+) -> Iterator[tuple[np.ndarray, dict[str, Any], Tokens]]:
+    """(global indices, record metadata, CSR token times or None) in chunks of ``chunk``."""
+    if isinstance(result, DisaggregatedResult):
+        for g, offs, times in result.token_chunks(output, chunk):
+            yield g, metadata, (offs, times) if token_times else None
+        return
     if isinstance(result, SimResult):
-        parts = [(result, np.arange(len(arrival)), metadata)]
+        parts = [(result, np.arange(result.n_requests), metadata)]
     else:
         parts = [
             (r, ids, metadata | {"server": f"sim-{s}"})
             for s, (r, ids) in enumerate(zip(result.servers, result.ids, strict=True))
         ]
-    written = 0
-    with open_output(path) as fh:
-        for r, ids, meta in parts:
-            written += _write(
-                fh, r, ids, arrival[ids], prompt[ids], output[ids], cached[ids], start_unix,
-                meta, token_times, chunk,
-            )  # fmt: skip
-    return written
-
-
-def _write(
-    fh: IO[bytes],
-    result: SimResult,
-    ids: np.ndarray,
-    arrival: np.ndarray,
-    prompt: np.ndarray,
-    output: np.ndarray,
-    cached: np.ndarray,
-    start_unix: float,
-    metadata: dict[str, Any],
-    token_times: bool,
-    chunk: int,
-) -> int:
-    n = len(arrival)
-    written = 0
-    for lo in range(0, n, chunk):
-        hi = min(lo + chunk, n)
-        frame = _frame(result, ids, lo, hi, arrival, prompt, output, cached, start_unix, metadata)
-        if token_times:
-            offsets, times = result.token_times(lo, hi)
-            rel = _round(times - np.repeat(arrival[lo:hi], np.diff(offsets)))
-            lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(rel))
-            frame = frame.with_columns(pl.Series("token_times", lists))
-        buf = io.BytesIO()
-        frame.write_ndjson(buf)
-        data = buf.getvalue()
-        fh.write(data)
-        written += len(data)
-    return written
-
-
-def _frame(
-    result: SimResult,
-    ids: np.ndarray,
-    lo: int,
-    hi: int,
-    arrival: np.ndarray,
-    prompt: np.ndarray,
-    output: np.ndarray,
-    cached: np.ndarray,
-    start_unix: float,
-    metadata: dict[str, Any],
-) -> pl.DataFrame:
-    return request_frame(
-        [f"req-{i:07d}" for i in ids[lo:hi]],
-        metadata,
-        prompt=prompt[lo:hi],
-        cached=cached[lo:hi],
-        output=output[lo:hi],
-        clock="unix",
-        t0=start_unix,
-        arrival=arrival[lo:hi],
-        scheduled=result.scheduled[lo:hi],
-        first_token=result.first_token[lo:hi],
-        finish=result.finish[lo:hi],
-        digits=6,
-    )
+    for r, ids, meta in parts:
+        for lo in range(0, len(ids), chunk):
+            hi = min(lo + chunk, len(ids))
+            yield ids[lo:hi], meta, r.token_times(lo, hi) if token_times else None
