@@ -36,7 +36,7 @@ from pipeline import catalog
 from pipeline.physics import StepCost
 from pipeline.replay import replay_run_id, resolve, run_key, simulate_scenario, write
 from pipeline.replay.config import WhatIf
-from pipeline.replay.workload import Workload
+from pipeline.replay.workload import RecordedWorkload
 from pipeline.sim import EngineConfig
 from pipeline.sim.cluster import Pool, simulate_pool
 from pipeline.warehouse.layout import Layout
@@ -47,12 +47,12 @@ WHATIF = WhatIf.model_validate(
 )  # fmt: skip
 
 
-def workload(n: int, rate: float, seed: int = 0) -> Workload:
+def workload(n: int, rate: float, seed: int = 0) -> RecordedWorkload:
     rng = np.random.default_rng(seed)
     arr = np.cumsum(rng.exponential(1 / rate, n))
     p = np.clip(np.rint(np.exp(rng.normal(np.log(700), 0.9, n))), 8, 8000).astype(np.int64)
     o = np.clip(np.rint(np.exp(rng.normal(np.log(200), 0.9, n))), 1, 4096).astype(np.int64)
-    return Workload(
+    return RecordedWorkload(
         source="bench", run_id="bench", kind="arrivals",
         request_id=[f"r{i}" for i in range(n)], arrival=arr - arr[0], prompt=p, output=o,
         cached=np.zeros(n, np.int64), recorded={"model": "llama-3.1-8b", "gpu": "H100-SXM"},
@@ -129,7 +129,7 @@ def _whatif(patch: dict) -> WhatIf:
     return WhatIf.model_validate({**WHATIF.model_dump(exclude_defaults=True), **patch})
 
 
-def _timed(sc, w: Workload) -> tuple[float, object]:  # type: ignore[no-untyped-def]
+def _timed(sc, w: RecordedWorkload) -> tuple[float, object]:  # type: ignore[no-untyped-def]
     t0 = time.perf_counter()
     res = simulate_scenario(sc, w, record_steps=True)
     return time.perf_counter() - t0, res

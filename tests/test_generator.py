@@ -17,7 +17,7 @@ from pipeline.physics import StepCost
 from pipeline.schema.record import RequestRecord
 from pipeline.sim.config import kv_capacity_tokens
 from pipeline.sim.generator import GenerateSpec, generate
-from pipeline.sim.workload import Workload, inter_arrivals
+from pipeline.sim.workload import SyntheticWorkload, inter_arrivals
 
 US = 1e-6  # records are rounded to microseconds
 
@@ -93,10 +93,10 @@ def test_no_token_times_and_start(tmp_path: Path) -> None:
 
 def test_bursty_arrivals_are_overdispersed() -> None:
     rng = np.random.default_rng(0)
-    gaps = inter_arrivals(Workload(requests=50_000, rate=10, arrivals="bursty"), rng)
+    gaps = inter_arrivals(SyntheticWorkload(requests=50_000, rate=10, arrivals="bursty"), rng)
     assert gaps.mean() == pytest.approx(0.1, rel=0.05)
     assert gaps.std() / gaps.mean() == pytest.approx(3.0, rel=0.1)
-    poisson = inter_arrivals(Workload(requests=50_000, rate=10), rng)
+    poisson = inter_arrivals(SyntheticWorkload(requests=50_000, rate=10), rng)
     assert poisson.std() / poisson.mean() == pytest.approx(1.0, rel=0.05)
 
 

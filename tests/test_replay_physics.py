@@ -21,7 +21,7 @@ from pipeline.physics import StepCost, kv_bytes_per_token
 from pipeline.replay import resolve, simulate_scenario
 from pipeline.replay.config import WhatIf
 from pipeline.replay.run import ReplayResult
-from pipeline.replay.workload import Workload
+from pipeline.replay.workload import RecordedWorkload
 from pipeline.sim import EngineConfig, kv_capacity_tokens
 from pipeline.sim.cluster import Pool, simulate_pool
 
@@ -72,7 +72,7 @@ def test_gqa_fits_more_sequences_and_raises_throughput():
     assert res["gqa"][2] / res["mha"][2] > 2.5
 
 
-def _mixed(n_short=600, rate=6.0, long_every=3.0, long_prompt=8000, seed=0) -> Workload:
+def _mixed(n_short=600, rate=6.0, long_every=3.0, long_prompt=8000, seed=0) -> RecordedWorkload:
     rng = np.random.default_rng(seed)
     a_s = np.cumsum(rng.exponential(1 / rate, n_short))
     a_l = np.arange(0.5, a_s[-1], long_every)
@@ -80,7 +80,7 @@ def _mixed(n_short=600, rate=6.0, long_every=3.0, long_prompt=8000, seed=0) -> W
     prompt = np.concatenate([np.full(n_short, 200), np.full(len(a_l), long_prompt)])
     out = np.concatenate([np.full(n_short, 300), np.full(len(a_l), 20)])
     order = np.argsort(arr, kind="stable")
-    return Workload(
+    return RecordedWorkload(
         source="mixed",
         run_id="mixed",
         kind="arrivals",

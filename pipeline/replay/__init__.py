@@ -19,14 +19,14 @@ from pipeline.replay.run import (
     simulate_scenario,
 )
 from pipeline.replay.versus_observed import compare
-from pipeline.replay.workload import Workload, load_workload
+from pipeline.replay.workload import RecordedWorkload, load_workload
 from pipeline.replay.write import write
 
 __all__ = [
+    "RecordedWorkload",
     "ReplayResult",
     "Scenario",
     "WhatIf",
-    "Workload",
     "compare",
     "load_config",
     "load_workload",

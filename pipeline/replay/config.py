@@ -90,7 +90,7 @@ class Cost(_Strict):
     seq_overhead: float | None = Field(None, ge=0)
 
 
-class Workload(_Strict):
+class WorkloadOptions(_Strict):
     rate_scale: float = Field(1.0, gt=0, description=">1 compresses arrivals (more load).")
     max_requests: int | None = Field(None, ge=1)
 
@@ -106,7 +106,7 @@ class WhatIf(_Strict):
     scheduler: Scheduler = Scheduler()
     disaggregation: Disaggregation = Disaggregation()
     cost: Cost = Cost()
-    workload: Workload = Workload()
+    workload: WorkloadOptions = WorkloadOptions()
     slo: Slo = Slo()
     gpu_hour_usd: dict[str, float] = Field(
         default_factory=dict, description="$/GPU-hour by GPU name; without it cost = GPU-hours."

@@ -1,6 +1,6 @@
 """Resolve a what-if scenario against a workload, simulate it, summarise it.
 
-:func:`resolve` turns (WhatIf, Workload, fits) into a :class:`Scenario`: model, GPU, tensor
+:func:`resolve` turns (WhatIf, RecordedWorkload, fits) into a :class:`Scenario`: model, GPU, tensor
 parallelism, servers, scheduler and the cost model of every pool. :func:`simulate_scenario` runs
 it on :mod:`pipeline.sim.cluster` (colocated servers, or a prefill pool and a decode pool with a
 KV transfer in between) and returns a :class:`ReplayResult`.
@@ -33,7 +33,7 @@ from pipeline import catalog
 from pipeline.fit.core import FittedModel, GroupKey
 from pipeline.replay.config import WhatIf
 from pipeline.replay.cost import CostChoice, Target, choose, choose_calibrated
-from pipeline.replay.workload import Workload
+from pipeline.replay.workload import RecordedWorkload
 from pipeline.schema.latency import latencies
 from pipeline.sim.cluster import Pool, PoolResult, simulate_pool
 from pipeline.sim.config import (
@@ -202,7 +202,7 @@ def _engine_config(
 
 def resolve(
     w: WhatIf,
-    workload: Workload,
+    workload: RecordedWorkload,
     fits: dict[GroupKey, FittedModel] | None = None,
     calibrations: list[Any] | None = None,
 ) -> Scenario:
@@ -269,7 +269,7 @@ def resolve(
 @dataclass
 class ReplayResult:
     scenario: Scenario
-    workload: Workload
+    workload: RecordedWorkload
     ok: np.ndarray  # simulated (False: refused, too long for this configuration)
     scheduled: np.ndarray
     first_token: np.ndarray
@@ -374,7 +374,7 @@ def _label(pool: str, k: int) -> str:
 
 
 def simulate_scenario(
-    scenario: Scenario, workload: Workload, *, record_steps: bool = True, fast: bool = True
+    scenario: Scenario, workload: RecordedWorkload, *, record_steps: bool = True, fast: bool = True
 ) -> ReplayResult:
     """Run the scenario on the workload."""
     t_start = time.perf_counter()
@@ -428,7 +428,7 @@ def simulate_scenario(
     )  # fmt: skip
 
 
-def run_key(workload: Workload, scenario: Scenario, rate_scale: float) -> str:
+def run_key(workload: RecordedWorkload, scenario: Scenario, rate_scale: float) -> str:
     """sha256 of (workload content, resolved scenario): the replay's identity."""
     h = hashlib.sha256()
     h.update(json.dumps([workload.source, workload.run_id, workload.kind, workload.n]).encode())

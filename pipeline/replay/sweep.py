@@ -21,7 +21,7 @@ import polars as pl
 from pipeline.fit.core import FittedModel, GroupKey
 from pipeline.replay.config import WhatIf
 from pipeline.replay.run import resolve, simulate_scenario
-from pipeline.replay.workload import Workload
+from pipeline.replay.workload import RecordedWorkload
 
 ALIASES = {
     "replicas": "deployment.replicas",
@@ -61,7 +61,7 @@ def parse(spec: str) -> tuple[str, list[Any]]:
     return key, vals
 
 
-def apply(w: WhatIf, key: str, value: Any, workload: Workload) -> WhatIf:
+def apply(w: WhatIf, key: str, value: Any, workload: RecordedWorkload) -> WhatIf:
     if key in ("gpus", "gpu_count"):
         tp = w.deployment.tp or int(workload.recorded.get("gpu_count") or 1)
         if int(value) % tp:
@@ -81,7 +81,7 @@ def apply(w: WhatIf, key: str, value: Any, workload: Workload) -> WhatIf:
 
 def run(
     w: WhatIf,
-    workload: Workload,
+    workload: RecordedWorkload,
     fits: dict[GroupKey, FittedModel],
     key: str,
     values: list[Any],

@@ -27,7 +27,7 @@ DEPLOYMENT_COLUMNS = deployment.NAMES
 
 
 @dataclass
-class Workload:
+class RecordedWorkload:
     source: str  # what the user passed
     run_id: str  # the recorded run (or trace) it came from
     kind: str  # 'requests' | 'arrivals'
@@ -46,10 +46,10 @@ class Workload:
     def n(self) -> int:
         return len(self.arrival)
 
-    def scaled(self, rate_scale: float, max_requests: int | None = None) -> Workload:
+    def scaled(self, rate_scale: float, max_requests: int | None = None) -> RecordedWorkload:
         """Arrivals compressed (rate_scale > 1) or stretched; optionally the first N requests."""
         k = self.n if max_requests is None else min(self.n, max_requests)
-        return Workload(
+        return RecordedWorkload(
             source=self.source,
             run_id=self.run_id,
             kind=self.kind,
@@ -73,7 +73,9 @@ def _mode(df: pl.DataFrame, col: str) -> Any:
     return s.mode().sort()[0]
 
 
-def _from_requests(con: duckdb.DuckDBPyConnection, run_id: str, source: str) -> Workload | None:
+def _from_requests(
+    con: duckdb.DuckDBPyConnection, run_id: str, source: str
+) -> RecordedWorkload | None:
     cols = ", ".join(DEPLOYMENT_COLUMNS)
     df = con.sql(
         f"""SELECT request_id, server, clock, t_arrival, prompt_tokens, output_tokens,
@@ -97,7 +99,7 @@ def _from_requests(con: duckdb.DuckDBPyConnection, run_id: str, source: str) -> 
     recorded["replicas"] = max(int(servers.n_unique()), 1) if servers.len() else 1
     t = ok["t_arrival"].to_numpy()
     t0 = float(t.min())
-    return Workload(
+    return RecordedWorkload(
         source=source,
         run_id=run_id,
         kind="requests",
@@ -116,7 +118,9 @@ def _from_requests(con: duckdb.DuckDBPyConnection, run_id: str, source: str) -> 
     )
 
 
-def _from_arrivals(con: duckdb.DuckDBPyConnection, run_id: str, source: str) -> Workload | None:
+def _from_arrivals(
+    con: duckdb.DuckDBPyConnection, run_id: str, source: str
+) -> RecordedWorkload | None:
     df = con.sql(
         """SELECT request_id, t_arrival, epoch(arrival_at) AS unix_arrival,
                   prompt_tokens, output_tokens
@@ -137,7 +141,7 @@ def _from_arrivals(con: duckdb.DuckDBPyConnection, run_id: str, source: str) -> 
     clock, t0 = "relative", float(t.min())
     if unix.null_count() == 0:
         clock, t0 = "unix", float(unix.to_numpy()[int(np.argmin(t))])
-    return Workload(
+    return RecordedWorkload(
         source=source,
         run_id=run_id,
         kind="arrivals",
@@ -162,7 +166,7 @@ def _runs(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, int]]:
     ]
 
 
-def load_workload(source: str, layout: Layout | None) -> Workload:
+def load_workload(source: str, layout: Layout | None) -> RecordedWorkload:
     """Resolve SOURCE (run id in the warehouse, arrivals trace id, or a file) to a workload."""
     if layout is not None and layout.root.exists():
         con = connect(layout)

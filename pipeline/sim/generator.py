@@ -28,7 +28,7 @@ from pipeline.sim.disaggregated import (
 )
 from pipeline.sim.engine import simulate
 from pipeline.sim.result import SimResult
-from pipeline.sim.workload import Workload, inter_arrivals, lengths
+from pipeline.sim.workload import SyntheticWorkload, inter_arrivals, lengths
 from pipeline.sim.writer import write_jsonl
 
 ATTENTION = ("flash", "flashinfer", "sdpa", "eager")  # only eager materialises the score matrix
@@ -73,7 +73,7 @@ class GenerateSpec:
     # decode_tp, *_replicas, kv_bandwidth_gbps, kv_latency_s, per-instance limits).
     disaggregation: dict[str, Any] | None = None
     efficiencies: dict[str, float] = field(default_factory=dict)  # pin mfu, mbu, ... by name
-    workload: dict[str, Any] = field(default_factory=dict)  # extra Workload fields
+    workload: dict[str, Any] = field(default_factory=dict)  # extra SyntheticWorkload fields
 
     def __post_init__(self) -> None:
         if self.batching not in BATCHING:
@@ -246,7 +246,9 @@ def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
         reserve = min(spec.max_seq_len or model.max_context, kv_tokens)
         static_batch = min(spec.max_num_seqs, kv_slots(kv_tokens, reserve))
         max_total = reserve - 1
-    probe = Workload(requests=spec.requests, rate=1.0, arrivals=spec.arrivals, **spec.workload)
+    probe = SyntheticWorkload(
+        requests=spec.requests, rate=1.0, arrivals=spec.arrivals, **spec.workload
+    )
     prompt, output = lengths(probe, length_rng, model.max_context, max_total)
     if disagg is not None:
         capacity = dis_setup.plan(prompt, output)
@@ -258,7 +260,9 @@ def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
     # 60 % of the pool's capacity: each replica as busy as one server alone would be (for a
     # disaggregated deployment, capacity is already its slower instance's)
     rate = spec.rate if spec.rate is not None else round(0.6 * capacity * spec.replicas, 3)
-    workload = Workload(requests=spec.requests, rate=rate, arrivals=spec.arrivals, **spec.workload)
+    workload = SyntheticWorkload(
+        requests=spec.requests, rate=rate, arrivals=spec.arrivals, **spec.workload
+    )
     arrival = np.cumsum(inter_arrivals(workload, arrival_rng))
     cached = np.zeros_like(prompt)
     pool: Any = None
@@ -325,7 +329,7 @@ def _truth(
     gpu: catalog.GPU,
     cost: StepCost,
     config: EngineConfig,
-    workload: Workload,
+    workload: SyntheticWorkload,
     capacity: float,
     results: list[SimResult],
     ttft: np.ndarray,

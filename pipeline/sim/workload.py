@@ -12,7 +12,7 @@ ARRIVALS = ("poisson", "bursty")
 
 
 @dataclass(frozen=True)
-class Workload:
+class SyntheticWorkload:
     """What users send. Lengths are lognormal (median, sigma of the log), clipped to the model.
 
     Defaults follow chat traces (ShareGPT-like): prompts with median 800 tokens and a heavy tail,
@@ -46,7 +46,7 @@ class Workload:
         return out
 
 
-def inter_arrivals(w: Workload, rng: np.random.Generator) -> NDArray[np.float64]:
+def inter_arrivals(w: SyntheticWorkload, rng: np.random.Generator) -> NDArray[np.float64]:
     """Gaps between requests (s): exponential (Poisson) or gamma with CV = burst_cv."""
     mean = 1.0 / w.rate
     if w.arrivals == "poisson":
@@ -56,7 +56,7 @@ def inter_arrivals(w: Workload, rng: np.random.Generator) -> NDArray[np.float64]
 
 
 def lengths(
-    w: Workload, rng: np.random.Generator, max_context: int, max_total: int
+    w: SyntheticWorkload, rng: np.random.Generator, max_context: int, max_total: int
 ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Prompt and output tokens: prompt + output <= max_context and prompt + output - 1 <=
     max_total (what one sequence may hold in KV / in one un-chunked prefill)."""
