@@ -451,7 +451,7 @@ class Ingestor:
             # The reader wrote no runs row: one per run id the file's rows name carries the
             # tables (our JSONL names its own run ids: a generated DistServe trace's manifest
             # went to the file's default id, which no request had).
-            from pipeline.readers._common import runs_frame
+            from pipeline.readers.frames import runs_frame
 
             ids = sorted(self._run_ids) or [ctx.default_run_id]
             row = runs_frame(fmt, ctx, [{"run_id": i, "metadata": self._tables} for i in ids])

@@ -17,8 +17,19 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.readers import _common as c
 from pipeline.readers.base import Capabilities, ReadContext, ReaderOutput
+from pipeline.readers.columns import (
+    bad_count,
+    cum_token_times,
+    jpath,
+    num,
+    num_list,
+    ones_if_per_token,
+)
+from pipeline.readers.frames import requests_frame, split_valid
+from pipeline.readers.lines import iter_line_batches, parse_ndjson
+from pipeline.readers.sniff import first_line
+from pipeline.readers.units import UNIT_SECONDS
 
 PRIORITY = 30
 
@@ -58,12 +69,12 @@ def _decoded(df: pl.DataFrame) -> pl.DataFrame:
             return df.with_columns(cols)
         except pl.exceptions.PolarsError:
             pass  # a value of another type: read field by field below
-    path = {n: c.jpath("metrics", f"$.{n}.value") for n in (*SCALARS, ICL)}
+    path = {n: jpath("metrics", f"$.{n}.value") for n in (*SCALARS, ICL)}
     return df.with_columns(
-        *(c.num(path[n]).alias(f"v:{n}") for n in SCALARS),
-        c.num_list(path[ICL]).alias(f"v:{ICL}"),
+        *(num(path[n]).alias(f"v:{n}") for n in SCALARS),
+        num_list(path[ICL]).alias(f"v:{ICL}"),
         pl.when(path[ICL].is_not_null()).then(pl.lit("?")).alias("icl_given"),
-        *(c.jpath("metrics", f"$.{n}.unit").alias(f"u:{n}") for n in (*SCALARS, ICL)),
+        *(jpath("metrics", f"$.{n}.unit").alias(f"u:{n}") for n in (*SCALARS, ICL)),
     )
 
 
@@ -71,7 +82,7 @@ def _unit_scale(name: str, default: str) -> pl.Expr:
     """Seconds per unit of ``metrics.<name>.unit`` (the unit AIPerf wrote; default if absent)."""
     unit = pl.col(f"u:{name}").fill_null(default)
     expr = pl.lit(None, pl.Float64)
-    for u, s in c.UNIT_SECONDS.items():
+    for u, s in UNIT_SECONDS.items():
         expr = pl.when(unit == u).then(pl.lit(s)).otherwise(expr)
     return expr
 
@@ -99,7 +110,7 @@ class AiperfReader:
     )
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        line = c.first_line(head)
+        line = first_line(head)
         return (
             line.startswith("{")
             and '"metadata"' in line
@@ -111,15 +122,15 @@ class AiperfReader:
         )
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
-        for nums, texts in c.iter_line_batches(ctx):
-            df, q0 = c.parse_ndjson(nums, texts, ["metadata", "metrics", "error"])
+        for nums, texts in iter_line_batches(ctx):
+            df, q0 = parse_ndjson(nums, texts, ["metadata", "metrics", "error"])
             yield self._batch(ctx, df, q0)
 
     def _batch(self, ctx: ReadContext, df: pl.DataFrame, q0: pl.DataFrame) -> ReaderOutput:
         err_text = pl.col("error").fill_null("null")
         has_err = (err_text != "null") & (err_text.str.strip_chars() != "")
-        err_code = c.num(c.jpath("error", "$.code"))
-        err_type = c.jpath("error", "$.type")
+        err_code = num(jpath("error", "$.code"))
+        err_type = jpath("error", "$.type")
         icl_scale = _unit_scale(ICL, "ms")
         df = _decoded(df)
         # The gaps were given (as anything): the typed decode fails on a non-list, so there a
@@ -128,14 +139,14 @@ class AiperfReader:
         if "icl_given" in df.columns:
             icl_given = pl.col("icl_given").is_not_null()
         x = df.with_columns(
-            c.jpath("metadata", "$.x_request_id").alias("rid"),
+            jpath("metadata", "$.x_request_id").alias("rid"),
             pl.coalesce(
-                c.jpath("metadata", f"$.{k}")
+                jpath("metadata", f"$.{k}")
                 for k in ("credit_phase", "benchmark_phase", "phase_kind")
             ).alias("phase"),
             pl.coalesce(
                 *(
-                    c.jpath("metadata", f"$.{k}").str.strip_chars().cast(pl.Int64, strict=False)
+                    jpath("metadata", f"$.{k}").str.strip_chars().cast(pl.Int64, strict=False)
                     for k in ("timestamp_ns", "request_start_ns")
                 ),
                 pl.col("v:min_request_timestamp").cast(pl.Int64, strict=False),
@@ -160,14 +171,14 @@ class AiperfReader:
                     [
                         err_type.fill_null("error"),
                         pl.lit(": "),
-                        c.jpath("error", "$.message").fill_null(err_text),
+                        jpath("error", "$.message").fill_null(err_text),
                     ]
                 )
             )
             .alias("error_text"),
         )
 
-        bad_int = c.bad_count
+        bad_int = bad_count
 
         warmup = pl.col("phase").fill_null("") == "warmup"
         excluded = x.filter(warmup).select(
@@ -197,7 +208,7 @@ class AiperfReader:
                 "inter_chunk_latency is not a list of numbers",
             ),
         ]
-        good, q = c.split_valid(x, checks)
+        good, q = split_valid(x, checks)
         gaps = (pl.col("icl_raw") * pl.col("icl_scale")).fill_null(
             pl.lit([], dtype=pl.List(pl.Float64))
         )
@@ -215,9 +226,9 @@ class AiperfReader:
             ((base // 1000) / 1e6 + (base % 1000) / 1e9).alias("arrival_ts"),
             pl.col("ttft"),
             pl.col("lat"),
-            pl.when(has_icl).then(c.cum_token_times(pl.col("ttft"), gaps)).alias("token_times"),
+            pl.when(has_icl).then(cum_token_times(pl.col("ttft"), gaps)).alias("token_times"),
             pl.when(has_icl)
-            .then(c.ones_if_per_token(pl.col("icl_raw").list.len() + 1, osl))
+            .then(ones_if_per_token(pl.col("icl_raw").list.len() + 1, osl))
             .alias("token_counts"),
             pl.col("status"),
             pl.col("error_text").alias("error"),
@@ -227,7 +238,7 @@ class AiperfReader:
         )
         quarantine = pl.concat([q0, q]) if q0.height else q
         return ReaderOutput(
-            requests=c.requests_frame(out),
+            requests=requests_frame(out),
             quarantine=quarantine if quarantine.height else None,
             excluded=excluded if excluded.height else None,
         )

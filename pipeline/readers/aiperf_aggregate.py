@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.readers import _common as c
 from pipeline.readers.base import (
     Capabilities,
     InputError,
@@ -28,6 +27,9 @@ from pipeline.readers.base import (
     ReaderOutput,
     sibling_run_id,
 )
+from pipeline.readers.frames import runs_frame, summaries_frame
+from pipeline.readers.json_text import decode_text, read_all
+from pipeline.readers.sniff import first_line, head_text
 
 PRIORITY = 31
 STATS = ("avg", "min", "max", "p1", "p5", "p10", "p25", "p50", "p75", "p90", "p95", "p99", "std")
@@ -57,17 +59,17 @@ class AiperfAggregateReader:
     )
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        text = c.head_text(head)
+        text = head_text(head)
         if text.startswith("{"):
             old = '"records"' in text and '"tag"' in text and '"header"' in text
             return old or ('"schema_version"' in text and '"aiperf_version"' in text)
-        line = c.first_line(head)
+        line = first_line(head)
         return line.startswith("Metric,avg,min,max") or (
             line == "Metric,Value" and "Request Throughput" in text
         )
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
-        text = c.decode_text(c.read_all(ctx))
+        text = decode_text(read_all(ctx))
         if text.lstrip().startswith("{"):
             yield self._json(ctx, text)
         else:
@@ -126,8 +128,8 @@ class AiperfAggregateReader:
             "metadata": meta,
         }
         return ReaderOutput(
-            runs=c.runs_frame(self.name, ctx, [run]),
-            run_summaries=c.summaries_frame(self.name, ctx, run_id, metrics),
+            runs=runs_frame(self.name, ctx, [run]),
+            run_summaries=summaries_frame(self.name, ctx, run_id, metrics),
         )
 
     @staticmethod
@@ -160,8 +162,8 @@ class AiperfAggregateReader:
             raise InputError("AIPerf aggregate CSV without any metric rows")
         run_id = self._run_id(ctx)
         return ReaderOutput(
-            runs=c.runs_frame(self.name, ctx, [{"run_id": run_id}]),
-            run_summaries=c.summaries_frame(self.name, ctx, run_id, metrics),
+            runs=runs_frame(self.name, ctx, [{"run_id": run_id}]),
+            run_summaries=summaries_frame(self.name, ctx, run_id, metrics),
         )
 
 

@@ -12,8 +12,12 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.readers import _common as c
+from pipeline.readers.arrival_traces import ArrivalClock, arrivals_frame, split_csv
 from pipeline.readers.base import Capabilities, ReadContext, ReaderOutput
+from pipeline.readers.columns import bad_count, num, parse_datetime_utc
+from pipeline.readers.frames import split_valid
+from pipeline.readers.lines import iter_line_batches
+from pipeline.readers.sniff import csv_header
 
 PRIORITY = 50
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -30,24 +34,24 @@ class AzureTraceReader:
     )
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        return tuple(c.csv_header(head)) == COLUMNS
+        return tuple(csv_header(head)) == COLUMNS
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
-        clock = c.ArrivalClock()
-        for nums, texts in c.iter_line_batches(ctx, skip_header=True):
-            df = c.split_csv(pl.DataFrame({"_line": nums, "_raw": texts}), COLUMNS)
+        clock = ArrivalClock()
+        for nums, texts in iter_line_batches(ctx, skip_header=True):
+            df = split_csv(pl.DataFrame({"_line": nums, "_raw": texts}), COLUMNS)
             df = df.with_columns(
-                c.parse_datetime_utc(pl.col("TIMESTAMP")).alias("arrival_at"),
-                c.num(pl.col("ContextTokens")).alias("p"),
-                c.num(pl.col("GeneratedTokens")).alias("o"),
+                parse_datetime_utc(pl.col("TIMESTAMP")).alias("arrival_at"),
+                num(pl.col("ContextTokens")).alias("p"),
+                num(pl.col("GeneratedTokens")).alias("o"),
             )
-            good, q = c.split_valid(
+            good, q = split_valid(
                 df,
                 [
                     (pl.col("_nfields") != 3, "expected 3 comma-separated fields"),
                     (pl.col("arrival_at").is_null(), "TIMESTAMP is not a date-time"),
-                    (c.bad_count(pl.col("p")), "ContextTokens is not a whole number >= 0"),
-                    (c.bad_count(pl.col("o")), "GeneratedTokens is not a whole number >= 0"),
+                    (bad_count(pl.col("p")), "ContextTokens is not a whole number >= 0"),
+                    (bad_count(pl.col("o")), "GeneratedTokens is not a whole number >= 0"),
                 ],
             )
             epoch = good["arrival_at"].dt.epoch("us").cast(pl.Float64) / 1e6
@@ -60,7 +64,7 @@ class AzureTraceReader:
                 pl.col("o").cast(pl.Int64, strict=False).alias("output_tokens"),
             )
             yield ReaderOutput(
-                arrivals=c.arrivals_frame(self.name, ctx, out), quarantine=q if q.height else None
+                arrivals=arrivals_frame(self.name, ctx, out), quarantine=q if q.height else None
             )
 
 

@@ -48,6 +48,7 @@ def _polars_dtype(annotation: object) -> pl.DataType:
 CANONICAL_SCHEMA: dict[str, pl.DataType] = {
     name: _polars_dtype(f.annotation) for name, f in RequestRecord.model_fields.items()
 }
+RAW_LIMIT = 64 * 1024  # characters of a bad record's text the quarantine keeps
 QUARANTINE_SCHEMA: dict[str, pl.DataType] = {
     "line": pl.Int64(),
     "reason": pl.Utf8(),

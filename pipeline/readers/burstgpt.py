@@ -12,8 +12,12 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.readers import _common as c
+from pipeline.readers.arrival_traces import ArrivalClock, arrivals_frame, split_csv
 from pipeline.readers.base import Capabilities, InputError, ReadContext, ReaderOutput
+from pipeline.readers.columns import bad_count, num
+from pipeline.readers.frames import split_valid
+from pipeline.readers.lines import iter_line_batches
+from pipeline.readers.sniff import csv_header
 
 PRIORITY = 51
 SIX = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type")
@@ -40,29 +44,29 @@ class BurstGptReader:
     )
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        return tuple(c.csv_header(head)) in (SIX, EIGHT)
+        return tuple(csv_header(head)) in (SIX, EIGHT)
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
         from pipeline.files.sources import read_head
 
-        header = tuple(c.csv_header(read_head(ctx.path)))
+        header = tuple(csv_header(read_head(ctx.path)))
         if header not in (SIX, EIGHT):
             raise InputError(f"BurstGPT header not recognised: {','.join(header)}")
-        clock = c.ArrivalClock()
-        for nums, texts in c.iter_line_batches(ctx, skip_header=True):
-            df = c.split_csv(pl.DataFrame({"_line": nums, "_raw": texts}), header)
+        clock = ArrivalClock()
+        for nums, texts in iter_line_batches(ctx, skip_header=True):
+            df = split_csv(pl.DataFrame({"_line": nums, "_raw": texts}), header)
             df = df.with_columns(
-                c.num(pl.col("Timestamp")).alias("t"),
-                c.num(pl.col("Request tokens")).alias("p"),
-                c.num(pl.col("Response tokens")).alias("o"),
+                num(pl.col("Timestamp")).alias("t"),
+                num(pl.col("Request tokens")).alias("p"),
+                num(pl.col("Response tokens")).alias("o"),
             )
-            good, q = c.split_valid(
+            good, q = split_valid(
                 df,
                 [
                     (pl.col("_nfields") != len(header), f"expected {len(header)} fields"),
                     (pl.col("t").is_null() | ~pl.col("t").is_finite(), "Timestamp is not a number"),
-                    (c.bad_count(pl.col("p")), "Request tokens is not a whole number >= 0"),
-                    (c.bad_count(pl.col("o")), "Response tokens is not a whole number >= 0"),
+                    (bad_count(pl.col("p")), "Request tokens is not a whole number >= 0"),
+                    (bad_count(pl.col("o")), "Response tokens is not a whole number >= 0"),
                 ],
             )
             out = good.with_columns(clock.rebase(good["t"]).alias("t_arrival")).select(
@@ -73,7 +77,7 @@ class BurstGptReader:
                 pl.col("o").cast(pl.Int64, strict=False).alias("output_tokens"),
             )
             yield ReaderOutput(
-                arrivals=c.arrivals_frame(self.name, ctx, out), quarantine=q if q.height else None
+                arrivals=arrivals_frame(self.name, ctx, out), quarantine=q if q.height else None
             )
 
 

@@ -21,8 +21,11 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.readers import _common as c
+from pipeline.files.sources import iter_blocks
 from pipeline.readers.base import Capabilities, InputError, ReadContext, ReaderOutput
+from pipeline.readers.columns import bad_count
+from pipeline.readers.frames import requests_frame, runs_frame, split_valid, summaries_frame
+from pipeline.readers.units import as_float
 
 PRIORITY = 24
 FIELDS = ("prompt_len", "output_len", "issue_time", "first_token_time", "complete_time")
@@ -69,7 +72,7 @@ class DistServeExpReader:
         index = 0  # 1-based record index within line 1
         in_list = True
         tail = bytearray()  # everything after line 1: the summary block
-        for block in c.iter_blocks(ctx.path):
+        for block in iter_blocks(ctx.path):
             if not in_list:
                 tail += block
                 continue
@@ -92,7 +95,7 @@ class DistServeExpReader:
         if summary or facts:
             meta = {k: v for k, v in facts.items() if k != "backend"}
             yield ReaderOutput(
-                runs=c.runs_frame(
+                runs=runs_frame(
                     self.name,
                     ctx,
                     [
@@ -104,7 +107,7 @@ class DistServeExpReader:
                         }
                     ],
                 ),
-                run_summaries=c.summaries_frame(self.name, ctx, ctx.default_run_id, summary)
+                run_summaries=summaries_frame(self.name, ctx, ctx.default_run_id, summary)
                 if summary
                 else None,
             )
@@ -125,10 +128,10 @@ class DistServeExpReader:
         checks = [
             (~flat, "not a flat dict of numbers (string, inf or nested value)"),
             (t0.is_null(), "issue_time missing"),
-            (c.bad_count(pl.col("prompt_len")), "prompt_len missing or not a count"),
-            (c.bad_count(pl.col("output_len")), "output_len missing or not a count"),
+            (bad_count(pl.col("prompt_len")), "prompt_len missing or not a count"),
+            (bad_count(pl.col("output_len")), "output_len missing or not a count"),
         ]
-        good, q = c.split_valid(df, checks)
+        good, q = split_valid(df, checks)
         out = good.select(
             pl.col("_line").cast(pl.Utf8).alias("request_id"),
             pl.col("_line").alias("source_line"),
@@ -142,7 +145,7 @@ class DistServeExpReader:
             t2.alias("finish_ts"),
             pl.lit("ok").alias("status"),
         )
-        return ReaderOutput(requests=c.requests_frame(out), quarantine=q if q.height else None)
+        return ReaderOutput(requests=requests_frame(out), quarantine=q if q.height else None)
 
 
 def _summary(text: str) -> dict[str, float]:
@@ -150,7 +153,7 @@ def _summary(text: str) -> dict[str, float]:
     for line in text.splitlines():
         m = _SUMMARY_LINE.match(line)
         if m:
-            v = c.as_float(m.group(2))
+            v = as_float(m.group(2))
             if v is not None:
                 out[m.group(1)] = v
     return out

@@ -15,8 +15,11 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.readers import _common as c
 from pipeline.readers.base import Capabilities, InputError, ReadContext, ReaderOutput
+from pipeline.readers.columns import num_list
+from pipeline.readers.frames import records_frame, requests_frame, runs_frame, split_valid
+from pipeline.readers.json_text import load_json
+from pipeline.readers.sniff import head_text
 from pipeline.readers.vllm_bench import run_ids
 
 PRIORITY = 32
@@ -38,11 +41,11 @@ class GenaiPerfReader:
     )
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        text = c.head_text(head)
+        text = head_text(head)
         return text.startswith("{") and '"experiments"' in text and '"response_timestamps"' in text
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
-        doc = c.load_json(ctx)
+        doc = load_json(ctx)
         exps = doc.get("experiments") if isinstance(doc, dict) else None
         if not isinstance(exps, list):
             raise InputError("profile_export.json without an 'experiments' list")
@@ -65,25 +68,25 @@ class GenaiPerfReader:
                 requests, quarantine = self._requests(reqs, run_id, offset)
             offset += len(reqs)
             yield ReaderOutput(
-                requests=requests, quarantine=quarantine, runs=c.runs_frame(self.name, ctx, [run])
+                requests=requests, quarantine=quarantine, runs=runs_frame(self.name, ctx, [run])
             )
 
     def _requests(
         self, reqs: list, run_id: str, offset: int
     ) -> tuple[pl.DataFrame, pl.DataFrame | None]:
-        df = c.records_frame(reqs).with_columns(pl.col("_line") + offset)
+        df = records_frame(reqs).with_columns(pl.col("_line") + offset)
         for col in ("timestamp", "response_timestamps", "response_outputs"):
             if col not in df.columns:
                 df = df.with_columns(pl.lit(None, pl.Utf8).alias(col))
         x = df.with_columns(
             pl.col("timestamp").str.strip_chars().cast(pl.Int64, strict=False).alias("t0"),
-            c.num_list(pl.col("response_timestamps"), int_only=True).alias("rts"),
+            num_list(pl.col("response_timestamps"), int_only=True).alias("rts"),
         )
         checks = [
             (pl.col("t0").is_null() | (pl.col("t0") <= 0), "timestamp missing or not ns epoch"),
             (pl.col("rts").is_null(), "response_timestamps is not a list of integers"),
         ]
-        good, q = c.split_valid(x, checks)
+        good, q = split_valid(x, checks)
         t0 = pl.col("t0")
         # Seconds since the send time, from integer ns differences (no float epoch rounding).
         token_times = pl.col("rts").list.eval(pl.element() - pl.element().first()).list.eval(
@@ -110,7 +113,7 @@ class GenaiPerfReader:
             (pl.col("arrival_ts") + pl.col("token_times").list.first()).alias("first_token_ts"),
             (pl.col("arrival_ts") + pl.col("token_times").list.last()).alias("finish_ts"),
         )
-        return c.requests_frame(out), (q if q.height else None)
+        return requests_frame(out), (q if q.height else None)
 
 
 READER = GenaiPerfReader()

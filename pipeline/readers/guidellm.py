@@ -20,10 +20,22 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from pipeline.readers import _common as c
 from pipeline.readers import json_elements as je
 from pipeline.readers import vllm_bench
 from pipeline.readers.base import Capabilities, InputError, ReadContext, ReaderOutput
+from pipeline.readers.columns import bad_count, jpath, num
+from pipeline.readers.frames import (
+    quarantine_frame,
+    records_frame,
+    requests_frame,
+    runs_frame,
+    split_valid,
+    summaries_frame,
+)
+from pipeline.readers.json_text import compact_json, decode_text, load_json
+from pipeline.readers.lines import RAW_LIMIT
+from pipeline.readers.sniff import head_text
+from pipeline.readers.units import as_float
 from pipeline.readers.vllm_bench import Source, run_ids
 
 PRIORITY = 41
@@ -46,7 +58,7 @@ def _first(df: pl.DataFrame, *candidates: tuple[str, str | None]) -> pl.Expr:
     exprs = []
     for col, path in candidates:
         if col in df.columns:
-            exprs.append(pl.col(col) if path is None else c.jpath(col, path))
+            exprs.append(pl.col(col) if path is None else jpath(col, path))
     return pl.coalesce(exprs) if exprs else pl.lit(None, pl.Utf8)
 
 
@@ -128,7 +140,7 @@ def _locate(src: Source) -> _Plan | None:
         prev = arr.end
     pieces.append(src.read(prev, src.size))
     try:
-        doc = json.loads(c.decode_text(b"".join(pieces)))
+        doc = json.loads(decode_text(b"".join(pieces)))
     except (InputError, ValueError, RecursionError):
         return None
     del pieces
@@ -185,7 +197,7 @@ def _batch_frame(
 ) -> pl.DataFrame:
     """One batch of elements as records_frame makes a list: text columns, ``_raw`` (1-based
     ``_line`` is added by the caller). The elements' own text is parsed by Polars; a batch it
-    rejects (NaN, a number too large for a float) goes through Python's json and ``_dumps``
+    rejects (NaN, a number too large for a float) goes through Python's json and ``compact_json``
     exactly as records_frame does."""
     lines = pl.Series("_raw", chunk.decode("utf-8").split("\n"), dtype=pl.Utf8)
     lines = _not_object_lines(lines.str.strip_chars(" \t"), is_object)
@@ -197,9 +209,9 @@ def _batch_frame(
             raise ValueError("element count differs")
     except Exception:  # error path: values Polars' parser refuses
         try:
-            texts = [c._dumps(json.loads(t)) for t in lines.to_list()]
+            texts = [compact_json(json.loads(t)) for t in lines.to_list()]
         except (ValueError, RecursionError):
-            c.load_json(ctx)  # raises the whole-document parser's error, as the old path did
+            load_json(ctx)  # raises the whole-document parser's error, as the old path did
             raise InputError("a guidellm request entry is not valid JSON") from None
         lines = pl.Series("_raw", texts, dtype=pl.Utf8)
         df = pl.read_ndjson(io.BytesIO("\n".join(texts).encode()), schema=read_schema)
@@ -214,7 +226,7 @@ def _redump_raw(q: pl.DataFrame, df: pl.DataFrame) -> pl.DataFrame:
     raws = []
     for line, raw in zip(q["line"].to_list(), q["raw"].to_list(), strict=True):  # bad rows only
         try:
-            raws.append(c._dumps(json.loads(by_line[line]))[: c.RAW_LIMIT])
+            raws.append(compact_json(json.loads(by_line[line]))[:RAW_LIMIT])
         except (KeyError, ValueError, RecursionError):
             raws.append(raw)
     return q.with_columns(pl.Series("raw", raws, dtype=pl.Utf8))
@@ -237,7 +249,7 @@ class GuidellmReader:
     )
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        text = c.head_text(head)
+        text = head_text(head)
         return (
             text.startswith("{")
             and '"benchmarks"' in text
@@ -255,7 +267,7 @@ class GuidellmReader:
             plan.src.close()
 
     def _read_whole(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
-        doc = c.load_json(ctx)
+        doc = load_json(ctx)
         benches = doc.get("benchmarks") if isinstance(doc, dict) else None
         if not isinstance(benches, list):
             raise InputError("guidellm report without a 'benchmarks' list")
@@ -265,9 +277,7 @@ class GuidellmReader:
         for bench, run_id in zip(benches, ids, strict=True):
             if not isinstance(bench, dict):
                 yield ReaderOutput(
-                    quarantine=c.quarantine_frame(
-                        [0], ["benchmark entry is not an object"], [bench]
-                    )
+                    quarantine=quarantine_frame([0], ["benchmark entry is not an object"], [bench])
                 )
                 continue
             out = self._bench(ctx, bench, run_id, offset, doc)
@@ -284,9 +294,7 @@ class GuidellmReader:
         for j, (bench, run_id) in enumerate(zip(benches, ids, strict=True)):
             if not isinstance(bench, dict):
                 yield ReaderOutput(
-                    quarantine=c.quarantine_frame(
-                        [0], ["benchmark entry is not an object"], [bench]
-                    )
+                    quarantine=quarantine_frame([0], ["benchmark entry is not an object"], [bench])
                 )
                 continue
             model = _model(bench, doc)
@@ -314,7 +322,7 @@ class GuidellmReader:
                         yield ReaderOutput(requests=requests, quarantine=quarantine)
                     count += len(arr)
                 elif isinstance(items, list) and items:  # a list the scan did not stream
-                    df = c.records_frame(items).with_columns(
+                    df = records_frame(items).with_columns(
                         pl.lit(status).alias("_status"),
                         (pl.col("_line") + offset + count).alias("_line"),
                     )
@@ -333,7 +341,7 @@ class GuidellmReader:
             items = reqs.get(key)
             if not isinstance(items, list) or not items:
                 continue
-            df = c.records_frame(items).with_columns(
+            df = records_frame(items).with_columns(
                 pl.lit(status).alias("_status"),
                 (pl.col("_line") + offset + count).alias("_line"),
             )
@@ -371,7 +379,7 @@ class GuidellmReader:
         for k in ("duration", "start_time", "end_time"):
             if k in bench:
                 metrics[k] = bench[k]
-        started = c.as_float(bench.get("start_time"))
+        started = as_float(bench.get("start_time"))
         strategy = _get(bench, "args", "strategy") or _get(bench, "config", "strategy") or {}
         meta = {
             k: bench.get(k)
@@ -394,8 +402,8 @@ class GuidellmReader:
             "metadata": meta,
         }
         return (
-            c.runs_frame(self.name, ctx, [run]),
-            c.summaries_frame(self.name, ctx, run_id, metrics),
+            runs_frame(self.name, ctx, [run]),
+            summaries_frame(self.name, ctx, run_id, metrics),
         )
 
     def _requests(
@@ -403,13 +411,13 @@ class GuidellmReader:
     ) -> tuple[pl.DataFrame, pl.DataFrame | None]:
         x = df.with_columns(
             _first(df, ("request_id", None), ("response_id", None)).alias("rid"),
-            c.num(_first(df, ("prompt_tokens", None), ("input_metrics", "$.text_tokens"))).alias(
+            num(_first(df, ("prompt_tokens", None), ("input_metrics", "$.text_tokens"))).alias(
                 "inp"
             ),
-            c.num(_first(df, ("output_tokens", None), ("output_metrics", "$.text_tokens"))).alias(
+            num(_first(df, ("output_tokens", None), ("output_metrics", "$.text_tokens"))).alias(
                 "outp"
             ),
-            c.num(
+            num(
                 _first(
                     df,
                     ("start_time", None),
@@ -417,14 +425,14 @@ class GuidellmReader:
                     ("info", "$.timings.request_start"),
                 )
             ).alias("t0"),
-            c.num(
+            num(
                 _first(
                     df,
                     ("first_token_time", None),
                     ("info", "$.timings.first_token_iteration"),
                 )
             ).alias("t1"),
-            c.num(
+            num(
                 _first(
                     df,
                     ("last_token_time", None),
@@ -438,7 +446,7 @@ class GuidellmReader:
         )
         ok = pl.col("_status") == "ok"
 
-        bad_int = c.bad_count
+        bad_int = bad_count
 
         checks = [
             (pl.col("_raw").str.starts_with('{"_not_an_object"'), "entry is not an object"),
@@ -447,7 +455,7 @@ class GuidellmReader:
             (ok & bad_int(pl.col("outp")), "output_tokens missing or not a whole number"),
             (ok & pl.col("t1").is_null(), "first token time missing or not a number"),
         ]
-        good, q = c.split_valid(x, checks)
+        good, q = split_valid(x, checks)
         out = good.select(
             pl.coalesce(pl.col("rid"), pl.col("_line").cast(pl.Utf8)).alias("request_id"),
             pl.col("_line").alias("source_line"),
@@ -466,7 +474,7 @@ class GuidellmReader:
             pl.col("_status").alias("status"),
             pl.when(ok).then(None).otherwise(pl.col("err")).alias("error"),
         )
-        return c.requests_frame(out), (q if q.height else None)
+        return requests_frame(out), (q if q.height else None)
 
 
 READER = GuidellmReader()

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.readers import _common as c
 from pipeline.readers.base import (
     Capabilities,
     InputError,
@@ -23,6 +22,17 @@ from pipeline.readers.base import (
     ReaderOutput,
     sibling_run_id,
 )
+from pipeline.readers.columns import bad_count, col_or_null, num
+from pipeline.readers.frames import (
+    records_frame,
+    requests_frame,
+    runs_frame,
+    split_valid,
+    summaries_frame,
+)
+from pipeline.readers.json_text import load_json
+from pipeline.readers.sniff import head_text
+from pipeline.readers.units import as_float
 
 PRIORITY = 40
 
@@ -44,7 +54,7 @@ class LlmperfReader:
     )
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        text = c.head_text(head)
+        text = head_text(head)
         if text.startswith("["):
             return '"end_to_end_latency_s"' in text and '"ttft_s"' in text
         if text.startswith("{"):
@@ -54,7 +64,7 @@ class LlmperfReader:
         return False
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
-        doc = c.load_json(ctx)
+        doc = load_json(ctx)
         if isinstance(doc, list):
             yield self._individual(ctx, doc)
         elif isinstance(doc, dict):
@@ -63,19 +73,19 @@ class LlmperfReader:
             raise InputError(f"llmperf file is a JSON {type(doc).__name__}, not an array/object")
 
     def _individual(self, ctx: ReadContext, records: list) -> ReaderOutput:
-        df = c.records_frame(records)
-        g = lambda n: c.col_or_null(df, n)  # noqa: E731
+        df = records_frame(records)
+        g = lambda n: col_or_null(df, n)  # noqa: E731
         x = df.with_columns(
-            c.num(g("ttft_s")).alias("ttft"),
-            c.num(g("end_to_end_latency_s")).alias("e2e"),
-            c.num(g("number_input_tokens")).alias("inp"),
-            c.num(g("number_output_tokens")).alias("outp"),
+            num(g("ttft_s")).alias("ttft"),
+            num(g("end_to_end_latency_s")).alias("e2e"),
+            num(g("number_input_tokens")).alias("inp"),
+            num(g("number_output_tokens")).alias("outp"),
             g("error_code").alias("code"),
             g("error_msg").alias("msg"),
         )
         is_err = pl.col("code").is_not_null() & (pl.col("code").str.strip_chars() != "")
 
-        bad_int = c.bad_count
+        bad_int = bad_count
 
         checks = [
             (pl.col("_raw").str.starts_with('{"_not_an_object"'), "element is not an object"),
@@ -84,7 +94,7 @@ class LlmperfReader:
             (~is_err & pl.col("ttft").is_null(), "ttft_s missing or not a number"),
             (~is_err & pl.col("e2e").is_null(), "end_to_end_latency_s missing or not a number"),
         ]
-        good, q = c.split_valid(x, checks)
+        good, q = split_valid(x, checks)
         ok = ~is_err
         out = good.select(
             (pl.col("_line") - 1).cast(pl.Utf8).alias("request_id"),
@@ -112,9 +122,9 @@ class LlmperfReader:
             .alias("error"),
         )
         return ReaderOutput(
-            requests=c.requests_frame(out),
+            requests=requests_frame(out),
             quarantine=q if q.height else None,
-            runs=c.runs_frame(
+            runs=runs_frame(
                 self.name,
                 ctx,
                 [{"run_id": ctx.default_run_id, "metadata": {"arrival_times_known": False}}],
@@ -126,7 +136,7 @@ class LlmperfReader:
         meta = {k: v for k, v in doc.items() if not k.startswith("results_")}
         meta["results_error_code_frequency"] = doc.get("results_error_code_frequency")
         run_id = _per_request_run(ctx)
-        rpm = c.as_float(doc.get("results_num_completed_requests_per_min"))
+        rpm = as_float(doc.get("results_num_completed_requests_per_min"))
         run = {
             "run_id": run_id,
             "model": doc.get("model"),
@@ -138,8 +148,8 @@ class LlmperfReader:
         if not metrics:
             raise InputError("llmperf summary without any results_* keys")
         return ReaderOutput(
-            runs=c.runs_frame(self.name, ctx, [run]),
-            run_summaries=c.summaries_frame(self.name, ctx, run_id, metrics),
+            runs=runs_frame(self.name, ctx, [run]),
+            run_summaries=summaries_frame(self.name, ctx, run_id, metrics),
         )
 
 

@@ -38,7 +38,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.files.sources import compression
-from pipeline.readers import _common as c
 from pipeline.readers.base import (
     CANONICAL_SCHEMA,
     Capabilities,
@@ -46,6 +45,12 @@ from pipeline.readers.base import (
     ReadContext,
     ReaderOutput,
 )
+from pipeline.readers.columns import bad_count, cum_token_times, num, num_list, parse_datetime_utc
+from pipeline.readers.frames import empty_quarantine, records_frame, requests_frame, split_valid
+from pipeline.readers.json_text import load_json, read_all
+from pipeline.readers.lines import iter_line_batches, parse_ndjson, rows_per_batch
+from pipeline.readers.sniff import has_suffix
+from pipeline.readers.units import UNIT_SECONDS
 
 PRIORITY = 1000  # never sniffs: used only when a mapping file is given
 TIMESTAMPS = ("arrival_ts", "scheduled_ts", "first_token_ts", "finish_ts")
@@ -95,7 +100,7 @@ def load_mapping(path: Path) -> Mapping:
     if clock not in ("unix", "relative", "datetime"):
         raise MappingError(f"mapping {path}: [time] clock must be unix, relative or datetime")
     unit = time.get("unit", "s")
-    if unit not in c.UNIT_SECONDS:
+    if unit not in UNIT_SECONDS:
         raise MappingError(f"mapping {path}: unknown unit {unit!r} (use s, ms, us or ns)")
     fields: dict[str, FieldSpec] = {}
     known = set(DIRECT) | set(TIMESTAMPS) | set(DURATIONS) | set(LISTS)
@@ -108,7 +113,7 @@ def load_mapping(path: Path) -> Mapping:
             fields[name] = FieldSpec(spec)
         elif isinstance(spec, dict) and isinstance(spec.get("column"), str):
             u = spec.get("unit")
-            if u is not None and u not in c.UNIT_SECONDS:
+            if u is not None and u not in UNIT_SECONDS:
                 raise MappingError(f"mapping {path}: field {name}: unknown unit {u!r}")
             fields[name] = FieldSpec(
                 spec["column"], u, spec.get("clock"), spec.get("datetime_format")
@@ -135,9 +140,9 @@ def _input_format(m: Mapping, path: Path) -> str:
     if m.format:
         return m.format
     for f in FORMATS:
-        if c.has_suffix(path, "." + f):
+        if has_suffix(path, "." + f):
             return f
-    if c.has_suffix(path, ".ndjson"):
+    if has_suffix(path, ".ndjson"):
         return "jsonl"
     raise InputError(f"cannot tell the input format of {path.name}; set format in the mapping")
 
@@ -156,7 +161,7 @@ def _parquet_batches(ctx: ReadContext) -> Iterator[pl.DataFrame]:
         if compression(ctx.path) is None:
             pf = pq.ParquetFile(ctx.path)
         else:
-            pf = pq.ParquetFile(pa.BufferReader(c.read_all(ctx)))
+            pf = pq.ParquetFile(pa.BufferReader(read_all(ctx)))
         start = 1
         yielded = False
         for rb in pf.iter_batches(batch_size=max(1, ctx.batch_rows)):
@@ -214,7 +219,7 @@ class MappingReader:
         """(records, records already quarantined) in batches of about ``ctx.batch_rows``, so
         memory does not grow with the file (a plain CSV, JSON lines or Parquet file is never read
         whole; a compressed CSV or Parquet file and a JSON document still are)."""
-        empty = c.empty_quarantine()
+        empty = empty_quarantine()
         if fmt == "parquet":
             for df in _parquet_batches(ctx):
                 yield df, empty
@@ -223,10 +228,10 @@ class MappingReader:
                 yield df, empty
         elif fmt == "jsonl":
             cols = sorted({s.column for s in m.fields.values()})
-            for nums, texts in c.iter_line_batches(ctx):
-                yield c.parse_ndjson(nums, texts, cols)
+            for nums, texts in iter_line_batches(ctx):
+                yield parse_ndjson(nums, texts, cols)
         else:
-            doc: Any = c.load_json(ctx)
+            doc: Any = load_json(ctx)
             if m.records:
                 for part in m.records.split("."):
                     doc = doc.get(part) if isinstance(doc, dict) else None
@@ -234,7 +239,7 @@ class MappingReader:
                 raise InputError(
                     f"JSON input: {m.records or 'the document'} is not an array of records"
                 )
-            yield c.records_frame(doc), empty
+            yield records_frame(doc), empty
 
     def _csv_batches(self, m: Mapping, ctx: ReadContext) -> Iterator[pl.DataFrame]:
         opts: dict[str, Any] = {
@@ -249,13 +254,13 @@ class MappingReader:
                 lf = pl.scan_csv(ctx.path, **opts).with_row_index("_line", offset=2)
                 empty = lf.head(0)
                 batches: Iterator[pl.DataFrame] = iter(
-                    lf.collect_batches(chunk_size=c.rows_per_batch(ctx))
+                    lf.collect_batches(chunk_size=rows_per_batch(ctx))
                 )
             else:
-                whole = pl.read_csv(io.BytesIO(c.read_all(ctx)), **opts)
+                whole = pl.read_csv(io.BytesIO(read_all(ctx)), **opts)
                 whole = whole.with_row_index("_line", offset=2)
                 empty = whole.head(0).lazy()
-                batches = iter(whole.iter_slices(c.rows_per_batch(ctx)))
+                batches = iter(whole.iter_slices(rows_per_batch(ctx)))
             rows = 0
             for df in batches:
                 rows += df.height
@@ -282,10 +287,10 @@ class MappingReader:
                     ),
                 )
             else:
-                dt = c.parse_datetime_utc(col)
+                dt = parse_datetime_utc(col)
             return dt.dt.epoch("us").cast(pl.Float64) / 1e6, "unix"
-        scale = c.UNIT_SECONDS[spec.unit or m.unit]
-        return c.num(col) * scale, clock
+        scale = UNIT_SECONDS[spec.unit or m.unit]
+        return num(col) * scale, clock
 
     def _convert(
         self, m: Mapping, fmt: str, ctx: ReadContext, df: pl.DataFrame, pre_q: pl.DataFrame
@@ -309,7 +314,7 @@ class MappingReader:
         clock = clocks.pop() if clocks else "relative"
         arrival = exprs["arrival_ts"]
         dur = {
-            n: c.num(pl.col(s.column)) * c.UNIT_SECONDS[s.unit or m.unit]
+            n: num(pl.col(s.column)) * UNIT_SECONDS[s.unit or m.unit]
             for n, s in m.fields.items()
             if n in DURATIONS
         }
@@ -325,15 +330,13 @@ class MappingReader:
             exprs["finish_ts"] = exprs["first_token_ts"] + dur["decode"]
         if "token_times" in m.fields:
             s = m.fields["token_times"]
-            exprs["token_times"] = c.num_list(pl.col(s.column)) * c.UNIT_SECONDS[s.unit or m.unit]
+            exprs["token_times"] = num_list(pl.col(s.column)) * UNIT_SECONDS[s.unit or m.unit]
         elif "itl" in m.fields and "first_token_ts" in exprs:
             s = m.fields["itl"]
-            gaps = c.num_list(pl.col(s.column)) * c.UNIT_SECONDS[s.unit or m.unit]
-            exprs["token_times"] = c.cum_token_times(exprs["first_token_ts"] - arrival, gaps)
+            gaps = num_list(pl.col(s.column)) * UNIT_SECONDS[s.unit or m.unit]
+            exprs["token_times"] = cum_token_times(exprs["first_token_ts"] - arrival, gaps)
         if "token_counts" in m.fields:
-            exprs["token_counts"] = c.num_list(
-                pl.col(m.fields["token_counts"].column), int_only=True
-            )
+            exprs["token_counts"] = num_list(pl.col(m.fields["token_counts"].column), int_only=True)
         for name in DIRECT:
             if name in m.fields:
                 exprs[name] = pl.col(m.fields[name].column)
@@ -346,8 +349,8 @@ class MappingReader:
         x = df.with_columns(**{f"_{k}": v for k, v in exprs.items()})
         checks = [
             (pl.col("_arrival_ts").is_null(), "arrival time missing or not in the mapped unit"),
-            (c.bad_count(c.num(pl.col("_prompt_tokens"))), "prompt_tokens is not a count"),
-            (c.bad_count(c.num(pl.col("_output_tokens"))), "output_tokens is not a count"),
+            (bad_count(num(pl.col("_prompt_tokens"))), "prompt_tokens is not a count"),
+            (bad_count(num(pl.col("_output_tokens"))), "output_tokens is not a count"),
         ]
         if "status" in exprs:
             checks.append(
@@ -367,7 +370,7 @@ class MappingReader:
                             f"{name} ({col}) is not a time in the mapped unit/format",
                         )
                     )
-        good, q = c.split_valid(x, checks)
+        good, q = split_valid(x, checks)
         rid = (
             pl.col("_request_id").cast(pl.Utf8)
             if "request_id" in exprs
@@ -383,14 +386,14 @@ class MappingReader:
             pl.col("_line").alias("source_line"),
         )
         if "output_tokens" in exprs:
-            out = out.with_columns(c.num(pl.col("output_tokens")).cast(pl.Int64, strict=False))
+            out = out.with_columns(num(pl.col("output_tokens")).cast(pl.Int64, strict=False))
         if "prompt_tokens" in exprs:
-            out = out.with_columns(c.num(pl.col("prompt_tokens")).cast(pl.Int64, strict=False))
+            out = out.with_columns(num(pl.col("prompt_tokens")).cast(pl.Int64, strict=False))
         if "status" not in exprs:
             out = out.with_columns(pl.lit("ok").alias("status"))
         quarantine = pl.concat([pre_q, q])
         return ReaderOutput(
-            requests=c.requests_frame(out), quarantine=quarantine if quarantine.height else None
+            requests=requests_frame(out), quarantine=quarantine if quarantine.height else None
         )
 
 

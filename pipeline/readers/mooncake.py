@@ -11,8 +11,12 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.readers import _common as c
+from pipeline.readers.arrival_traces import ArrivalClock, arrivals_frame
 from pipeline.readers.base import Capabilities, ReadContext, ReaderOutput
+from pipeline.readers.columns import bad_count, num, num_list
+from pipeline.readers.frames import split_valid
+from pipeline.readers.lines import iter_line_batches, parse_ndjson
+from pipeline.readers.sniff import first_line
 
 PRIORITY = 53
 
@@ -28,7 +32,7 @@ class MooncakeReader:
     )
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        line = c.first_line(head)
+        line = first_line(head)
         return (
             line.startswith("{")
             and '"timestamp"' in line
@@ -37,23 +41,23 @@ class MooncakeReader:
         )
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
-        clock = c.ArrivalClock()
-        for nums, texts in c.iter_line_batches(ctx):
-            df, q0 = c.parse_ndjson(
+        clock = ArrivalClock()
+        for nums, texts in iter_line_batches(ctx):
+            df, q0 = parse_ndjson(
                 nums, texts, ["timestamp", "input_length", "output_length", "hash_ids"]
             )
             df = df.with_columns(
-                (c.num(pl.col("timestamp")) / 1000.0).alias("t"),
-                c.num(pl.col("input_length")).alias("p"),
-                c.num(pl.col("output_length")).alias("o"),
-                c.num_list(pl.col("hash_ids"), int_only=True).alias("h"),
+                (num(pl.col("timestamp")) / 1000.0).alias("t"),
+                num(pl.col("input_length")).alias("p"),
+                num(pl.col("output_length")).alias("o"),
+                num_list(pl.col("hash_ids"), int_only=True).alias("h"),
             )
-            good, q = c.split_valid(
+            good, q = split_valid(
                 df,
                 [
                     (pl.col("t").is_null() | ~pl.col("t").is_finite(), "timestamp is not a number"),
-                    (c.bad_count(pl.col("p")), "input_length is not a whole number >= 0"),
-                    (c.bad_count(pl.col("o")), "output_length is not a whole number >= 0"),
+                    (bad_count(pl.col("p")), "input_length is not a whole number >= 0"),
+                    (bad_count(pl.col("o")), "output_length is not a whole number >= 0"),
                     (
                         pl.col("hash_ids").is_not_null() & pl.col("h").is_null(),
                         "hash_ids is not a list of integers",
@@ -70,7 +74,7 @@ class MooncakeReader:
             )
             quarantine = pl.concat([q0, q]) if q0.height else q
             yield ReaderOutput(
-                arrivals=c.arrivals_frame(self.name, ctx, out),
+                arrivals=arrivals_frame(self.name, ctx, out),
                 quarantine=quarantine if quarantine.height else None,
             )
 

@@ -34,6 +34,7 @@ from pipeline.files.sources import UTF8_BOM, compression
 from pipeline.readers.base import (
     CANONICAL_SCHEMA,
     QUARANTINE_SCHEMA,
+    RAW_LIMIT,
     Capabilities,
     ReadContext,
     ReaderOutput,
@@ -44,7 +45,6 @@ from pipeline.schema.record import RequestRecord
 PRIORITY = 100
 CHUNK_BYTES = 32 * 1024 * 1024
 _SMALL = 32  # below this many lines, validate one by one instead of bisecting further
-RAW_LIMIT = 64 * 1024
 MAX_INDEXED_LINES = 8_000_000  # 128 MB of line offsets for the whole-file path; more: chunked
 
 

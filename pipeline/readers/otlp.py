@@ -26,8 +26,13 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.readers import _common as c
-from pipeline.readers.base import Capabilities, InputError, ReadContext, ReaderOutput
+from pipeline.files.sources import iter_blocks
+from pipeline.readers.base import RAW_LIMIT, Capabilities, InputError, ReadContext, ReaderOutput
+from pipeline.readers.columns import bad_count, jpath, num
+from pipeline.readers.frames import quarantine_frame, records_frame, requests_frame, split_valid
+from pipeline.readers.json_text import decode_text, iter_json_documents, read_all
+from pipeline.readers.lines import iter_line_batches
+from pipeline.readers.sniff import head_text
 
 PRIORITY = 25
 _ATTR_VALUE = r'"(?:stringValue|intValue|doubleValue|boolValue)": "?([^",}\]]*)"?'
@@ -60,7 +65,7 @@ class OtlpReader:
     )
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        text = c.head_text(head)
+        text = head_text(head)
         return text.startswith("{") and any(
             k in text[:2000] for k in ('"resourceSpans"', '"resourceMetrics"', '"resourceLogs"')
         )
@@ -69,11 +74,11 @@ class OtlpReader:
         seen = _Seen()
         if _one_payload_per_line(ctx):
             # The Collector's file exporter: read line batches, so memory stays bounded.
-            for nums, texts in c.iter_line_batches(ctx):
+            for nums, texts in iter_line_batches(ctx):
                 docs = (_parse_line(n, t) for n, t in zip(nums, texts, strict=True))
                 yield from self._batch(ctx, docs, seen)
         else:  # one (pretty-printed) payload: it is a single JSON value, read whole
-            docs = c.iter_json_documents(c.decode_text(c.read_all(ctx)))
+            docs = iter_json_documents(decode_text(read_all(ctx)))
             yield from self._batch(ctx, docs, seen)
         if seen.docs == 0:
             raise InputError("file is empty")
@@ -92,7 +97,7 @@ class OtlpReader:
             )
         else:
             return
-        yield ReaderOutput(quarantine=c.quarantine_frame([0], [reason], [None]))
+        yield ReaderOutput(quarantine=quarantine_frame([0], [reason], [None]))
 
     def _batch(
         self, ctx: ReadContext, docs: Iterable[tuple[int, Any, str | None]], seen: _Seen
@@ -135,11 +140,11 @@ class OtlpReader:
         bad: list[tuple[int, str, Any]],
         seen: _Seen,
     ) -> Iterator[ReaderOutput]:
-        q_frames = [c.quarantine_frame(*zip(*bad, strict=True))] if bad else []
+        q_frames = [quarantine_frame(*zip(*bad, strict=True))] if bad else []
         if not spans:
             yield ReaderOutput(quarantine=pl.concat(q_frames))
             return
-        df = c.records_frame(spans).with_columns(
+        df = records_frame(spans).with_columns(
             pl.Series("service", resource_of, pl.Utf8),
             pl.col("_line") + seen.spans,  # the span's index in the file, across batches
         )
@@ -168,38 +173,38 @@ class OtlpReader:
         x = df.with_columns(
             (start_ns // 1000 / 1e6 + start_ns % 1000 / 1e9).alias("t0"),
             (end_ns // 1000 / 1e6 + end_ns % 1000 / 1e9).alias("tend"),
-            c.num(_first_attr("gen_ai.usage.prompt_tokens", "gen_ai.usage.input_tokens")).alias(
+            num(_first_attr("gen_ai.usage.prompt_tokens", "gen_ai.usage.input_tokens")).alias(
                 "inp"
             ),
-            c.num(
-                _first_attr("gen_ai.usage.completion_tokens", "gen_ai.usage.output_tokens")
-            ).alias("outp"),
-            c.num(
+            num(_first_attr("gen_ai.usage.completion_tokens", "gen_ai.usage.output_tokens")).alias(
+                "outp"
+            ),
+            num(
                 _first_attr("gen_ai.usage.cached_tokens", "gen_ai.usage.cache_read.input_tokens")
             ).alias("cached"),
-            c.num(_attr("gen_ai.latency.time_to_first_token")).alias("ttft"),
-            c.num(_attr("gen_ai.latency.e2e")).alias("e2e"),
-            c.num(_attr("gen_ai.latency.time_in_queue")).alias("queue"),
-            c.num(_attr("gen_ai.latency.time_in_model_prefill")).alias("prefill"),
+            num(_attr("gen_ai.latency.time_to_first_token")).alias("ttft"),
+            num(_attr("gen_ai.latency.e2e")).alias("e2e"),
+            num(_attr("gen_ai.latency.time_in_queue")).alias("queue"),
+            num(_attr("gen_ai.latency.time_in_model_prefill")).alias("prefill"),
             _first_attr("gen_ai.request.id", "gen_ai.response.id").alias("rid"),
             _first_attr("gen_ai.response.model", "gen_ai.request.model").alias("model"),
-            c.jpath("status", "$.code").alias("scode")
+            jpath("status", "$.code").alias("scode")
             if "status" in df.columns
             else pl.lit(None, pl.Utf8).alias("scode"),
-            c.jpath("status", "$.message").alias("smsg")
+            jpath("status", "$.message").alias("smsg")
             if "status" in df.columns
             else pl.lit(None, pl.Utf8).alias("smsg"),
         )
         is_err = (pl.col("scode") == "2") | (pl.col("scode") == "STATUS_CODE_ERROR")
         checks = [
             (pl.col("t0").is_null(), "startTimeUnixNano missing or not an integer"),
-            (c.bad_count(pl.col("inp")), "gen_ai.usage.prompt_tokens missing or not a count"),
+            (bad_count(pl.col("inp")), "gen_ai.usage.prompt_tokens missing or not a count"),
             (
-                ~is_err & c.bad_count(pl.col("outp")),
+                ~is_err & bad_count(pl.col("outp")),
                 "gen_ai.usage.completion_tokens missing or not a count",
             ),
         ]
-        good, q = c.split_valid(x, checks)
+        good, q = split_valid(x, checks)
         engine = (
             pl.when(pl.col("service").str.contains("(?i)sglang"))
             .then(pl.lit("sglang"))
@@ -231,7 +236,7 @@ class OtlpReader:
         if q.height:
             q_frames.append(q)
         return ReaderOutput(
-            requests=c.requests_frame(out), quarantine=pl.concat(q_frames) if q_frames else None
+            requests=requests_frame(out), quarantine=pl.concat(q_frames) if q_frames else None
         )
 
 
@@ -248,8 +253,8 @@ class _Seen:
 
 def _one_payload_per_line(ctx: ReadContext) -> bool:
     """True unless the first line is not a whole JSON value (a pretty-printed payload)."""
-    head = next(c.iter_blocks(ctx.path), b"")
-    text = c.head_text(head)
+    head = next(iter_blocks(ctx.path), b"")
+    text = head_text(head)
     if "\n" not in text:
         return True  # one line (or a first line longer than a block): read it as a line
     try:
@@ -263,7 +268,7 @@ def _parse_line(line: int, text: str) -> tuple[int, Any, str | None]:
     try:
         return line, json.loads(text), None
     except (ValueError, RecursionError) as exc:
-        return line, text[: c.RAW_LIMIT], f"invalid or truncated JSON: {exc}"
+        return line, text[:RAW_LIMIT], f"invalid or truncated JSON: {exc}"
 
 
 READER = OtlpReader()

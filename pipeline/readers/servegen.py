@@ -13,8 +13,9 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.readers import _common as c
 from pipeline.readers.base import Capabilities, ReadContext, ReaderOutput
+from pipeline.readers.frames import file_quarantine
+from pipeline.readers.sniff import first_line, head_text
 
 PRIORITY = 60
 _NUM = r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
@@ -34,7 +35,7 @@ class ServegenReader:
     )
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        text = c.head_text(head)
+        text = head_text(head)
         if _DATASET.match(text):
             return True
         lines = [ln.strip() for ln in text.split("\n")[:50] if ln.strip()]
@@ -46,7 +47,7 @@ class ServegenReader:
         from pipeline.files.sources import read_head
 
         head = read_head(ctx.path, 4096)
-        if _DATASET.match(c.head_text(head)):
+        if _DATASET.match(head_text(head)):
             reason = (
                 "ServeGen dataset JSON: per-window input/output token-length distributions "
                 "(Python-literal PMFs), not requests: not ingested. Sample a workload from it "
@@ -58,7 +59,7 @@ class ServegenReader:
                 "(window_start_s, rate, cv, distribution, params), not individual requests: "
                 "not ingested. Sample arrivals from it with ServeGen and ingest those instead."
             )
-        yield c.file_quarantine(reason, c.first_line(head))
+        yield file_quarantine(reason, first_line(head))
 
 
 READER = ServegenReader()

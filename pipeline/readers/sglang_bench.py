@@ -13,9 +13,11 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.readers import _common as c
 from pipeline.readers import vllm_bench
 from pipeline.readers.base import Capabilities, InputError, ReadContext, ReaderOutput
+from pipeline.readers.lines import iter_line_batches
+from pipeline.readers.sniff import first_line
+from pipeline.readers.units import as_float
 from pipeline.readers.vllm_bench import RunParts, assemble_runs, run_ids, split_run
 
 PRIORITY = 21
@@ -38,7 +40,7 @@ class SglangBenchReader:
     )
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        line = c.first_line(head)
+        line = first_line(head)
         if not line.startswith("{") or '"model_id"' in line:
             return False
         return (
@@ -60,7 +62,7 @@ class SglangBenchReader:
         streamed = _streamed_runs(src)
         if streamed is not None:  # a large --output-details file: arrays parsed by window
             good = streamed
-        for nums, texts in [] if streamed is not None else c.iter_line_batches(ctx):
+        for nums, texts in [] if streamed is not None else iter_line_batches(ctx):
             for line, text in zip(nums.to_list(), texts.to_list(), strict=True):  # one per run
                 try:
                     obj = json.loads(text)
@@ -83,7 +85,7 @@ class SglangBenchReader:
             meta["arrival_times_known"] = False
             server_info = obj.get("server_info") if isinstance(obj.get("server_info"), dict) else {}
             model = server_info.get("model_path") if isinstance(server_info, dict) else None
-            rate = c.as_float(obj.get("request_rate"))
+            rate = as_float(obj.get("request_rate"))
             rate = None if rate is None or math.isnan(rate) else rate
             runs.append(RunParts(run_id, obj, model, meta, metrics, rate))
         yield from assemble_runs(self.name, ctx, runs, bad)

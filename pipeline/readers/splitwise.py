@@ -13,8 +13,12 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.readers import _common as c
+from pipeline.readers.arrival_traces import ArrivalClock, arrivals_frame, split_csv
 from pipeline.readers.base import Capabilities, ReadContext, ReaderOutput
+from pipeline.readers.columns import bad_count, num
+from pipeline.readers.frames import file_quarantine, split_valid
+from pipeline.readers.lines import iter_line_batches
+from pipeline.readers.sniff import csv_header
 
 PRIORITY = 52
 TRACE = (
@@ -41,31 +45,31 @@ class SplitwiseReader:
     )
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        h = tuple(c.csv_header(head))
+        h = tuple(csv_header(head))
         return h == TRACE or h[: len(PERF_MODEL)] == PERF_MODEL
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
         from pipeline.files.sources import read_head
 
-        header = tuple(c.csv_header(read_head(ctx.path)))
+        header = tuple(csv_header(read_head(ctx.path)))
         if header != TRACE:
-            yield c.file_quarantine(
+            yield file_quarantine(
                 "splitwise-sim perf_model.csv is a profiling table (prefill/decode latency per "
                 "model x GPU x TP x batch size, in ms), not requests or arrivals: not ingested. "
                 "Use it as calibration data for cost models.",
                 ",".join(header),
             )
             return
-        clock = c.ArrivalClock()
-        for nums, texts in c.iter_line_batches(ctx, skip_header=True):
-            df = c.split_csv(pl.DataFrame({"_line": nums, "_raw": texts}), TRACE)
+        clock = ArrivalClock()
+        for nums, texts in iter_line_batches(ctx, skip_header=True):
+            df = split_csv(pl.DataFrame({"_line": nums, "_raw": texts}), TRACE)
             df = df.with_columns(
-                c.num(pl.col("arrival_timestamp")).alias("t"),
-                c.num(pl.col("prompt_size")).alias("p"),
-                c.num(pl.col("token_size")).alias("o"),
+                num(pl.col("arrival_timestamp")).alias("t"),
+                num(pl.col("prompt_size")).alias("p"),
+                num(pl.col("token_size")).alias("o"),
                 pl.col("request_id").str.strip_chars().alias("rid"),
             )
-            good, q = c.split_valid(
+            good, q = split_valid(
                 df,
                 [
                     (pl.col("_nfields") != len(TRACE), f"expected {len(TRACE)} fields"),
@@ -74,8 +78,8 @@ class SplitwiseReader:
                         pl.col("t").is_null() | ~pl.col("t").is_finite(),
                         "arrival_timestamp is not a number",
                     ),
-                    (c.bad_count(pl.col("p")), "prompt_size is not a whole number >= 0"),
-                    (c.bad_count(pl.col("o")), "token_size is not a whole number >= 0"),
+                    (bad_count(pl.col("p")), "prompt_size is not a whole number >= 0"),
+                    (bad_count(pl.col("o")), "token_size is not a whole number >= 0"),
                 ],
             )
             out = good.with_columns(clock.rebase(good["t"]).alias("t_arrival")).select(
@@ -86,7 +90,7 @@ class SplitwiseReader:
                 pl.col("o").cast(pl.Int64, strict=False).alias("output_tokens"),
             )
             yield ReaderOutput(
-                arrivals=c.arrivals_frame(self.name, ctx, out), quarantine=q if q.height else None
+                arrivals=arrivals_frame(self.name, ctx, out), quarantine=q if q.height else None
             )
 
 

@@ -18,8 +18,12 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.readers import _common as c
 from pipeline.readers.base import Capabilities, ReadContext, ReaderOutput
+from pipeline.readers.columns import jpath, parse_datetime_utc
+from pipeline.readers.frames import requests_frame, runs_frame, split_valid
+from pipeline.readers.lines import iter_line_batches
+from pipeline.readers.sniff import head_text
+from pipeline.readers.units import rust_duration
 
 PRIORITY = 27
 DURATIONS = ("total_time", "validation_time", "queue_time", "inference_time", "time_per_token")
@@ -49,12 +53,12 @@ class TgiReader:
     )
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        text = c.head_text(head)
+        text = head_text(head)
         return "text_generation_router" in text or "text_generation_launcher" in text
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
         model: str | None = None
-        for nums, texts in c.iter_line_batches(ctx):
+        for nums, texts in iter_line_batches(ctx):
             df = pl.DataFrame({"_line": nums, "_raw": texts})
             is_json = pl.col("_raw").str.starts_with("{")
             found = (
@@ -70,7 +74,7 @@ class TgiReader:
             if model is None and found.len():
                 model = found[0]
             msg = pl.coalesce(
-                c.jpath("_raw", "$.message"), c.jpath("_raw", "$.fields.message")
+                jpath("_raw", "$.message"), jpath("_raw", "$.fields.message")
             ).fill_null("")
             is_record = (
                 pl.when(is_json)
@@ -82,21 +86,21 @@ class TgiReader:
             )
             rec = df.filter(is_record)
             cols = {
-                f: pl.when(is_json).then(c.jpath("_raw", f"$.span.{f}")).otherwise(_text_field(f))
+                f: pl.when(is_json).then(jpath("_raw", f"$.span.{f}")).otherwise(_text_field(f))
                 for f in DURATIONS
             }
             x = rec.with_columns(
                 pl.when(is_json)
-                .then(c.jpath("_raw", "$.timestamp"))
+                .then(jpath("_raw", "$.timestamp"))
                 .otherwise(pl.col("_raw").str.extract(r"^\s*(\S+)", 1))
                 .alias("ts_text"),
                 pl.when(is_json)
-                .then(c.jpath("_raw", "$.span.name"))
+                .then(jpath("_raw", "$.span.name"))
                 .otherwise(pl.col("_raw").str.extract(r"\b" + _SPANS + r"\{", 1))
                 .alias("span"),
-                *[c.rust_duration(e).alias(f) for f, e in cols.items()],
+                *[rust_duration(e).alias(f) for f, e in cols.items()],
                 *[e.alias(f + "_text") for f, e in cols.items()],
-            ).with_columns(c.parse_datetime_utc(pl.col("ts_text")).alias("ts"))
+            ).with_columns(parse_datetime_utc(pl.col("ts_text")).alias("ts"))
             checks = [
                 (pl.col("ts").is_null(), "timestamp is not an RFC 3339 date-time"),
                 (pl.col("total_time").is_null(), "total_time is not a Duration (e.g. 1.2s)"),
@@ -107,7 +111,7 @@ class TgiReader:
                     "time_per_token is not a Duration",
                 ),
             ]
-            good, q = c.split_valid(x, checks)
+            good, q = split_valid(x, checks)
             finish = pl.col("ts").dt.epoch("us").cast(pl.Float64) / 1e6
             arrival = finish - pl.col("total_time")
             tokens = (pl.col("inference_time") / pl.col("time_per_token")).round(0)
@@ -131,10 +135,10 @@ class TgiReader:
                 finish.alias("finish_ts"),
                 pl.lit("ok").alias("status"),
             )
-            yield ReaderOutput(requests=c.requests_frame(out), quarantine=q if q.height else None)
+            yield ReaderOutput(requests=requests_frame(out), quarantine=q if q.height else None)
         if model is not None:
             yield ReaderOutput(
-                runs=c.runs_frame(
+                runs=runs_frame(
                     self.name,
                     ctx,
                     [{"run_id": ctx.default_run_id, "model": model, "backend": "tgi"}],

@@ -20,7 +20,6 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.readers import _common as c
 from pipeline.readers.base import (
     Capabilities,
     InputError,
@@ -28,6 +27,21 @@ from pipeline.readers.base import (
     ReaderOutput,
     empty_requests,
 )
+from pipeline.readers.columns import bad_count, cum_token_times, ones_if_per_token
+from pipeline.readers.engine_names import engine_from_backend
+from pipeline.readers.frames import (
+    empty_quarantine,
+    float_list_series,
+    float_series,
+    quarantine_frame,
+    requests_frame,
+    runs_frame,
+    split_valid,
+    summaries_frame,
+)
+from pipeline.readers.json_text import decode_text, iter_json_documents, read_all
+from pipeline.readers.sniff import head_text
+from pipeline.readers.units import as_float
 
 PRIORITY = 20
 
@@ -124,7 +138,7 @@ def per_request_arrays(
     lists = {k: obj.get(k) for k in ARRAY_KEYS}
     n = max((len(v) for v in lists.values() if _is_array(v)), default=0)
     if n == 0:
-        return empty_requests(), c.empty_quarantine()
+        return empty_requests(), empty_quarantine()
 
     def pad(v: object) -> list[Any]:
         v = v if isinstance(v, list) else []
@@ -134,7 +148,7 @@ def per_request_arrays(
         v = lists[key]
         if isinstance(v, pl.Series):
             return v.alias(name).extend_constant(None, n - v.len())
-        return (c.float_list_series if nested else c.float_series)(pad(v), name)
+        return (float_list_series if nested else float_series)(pad(v), name)
 
     df = pl.DataFrame(
         [
@@ -182,7 +196,7 @@ def per_request_batches(
                 part = v.slice(a, k)
                 return part.alias(name).extend_constant(None, k - part.len())
             v = v if isinstance(v, list) else []
-            return c.float_series(v[a:b] + [None] * (k - len(v[a:b])), name)
+            return float_series(v[a:b] + [None] * (k - len(v[a:b])), name)
 
         errs = scalars["errors"] if isinstance(scalars["errors"], list) else []
         errs = errs[a:b] + [None] * (k - len(errs[a:b]))
@@ -255,7 +269,7 @@ def requests_from_arrays(
         is_err.alias("_is_err"),
     )
 
-    whole = c.bad_count
+    whole = bad_count
 
     checks: list[tuple[pl.Expr, str]] = [
         (whole(pl.col("in")), "input_lens entry is missing or not a whole number >= 0"),
@@ -284,11 +298,11 @@ def requests_from_arrays(
                 "latencies entry of a successful request is missing or not a number",
             )
         )
-    good, q = c.split_valid(df, checks)
+    good, q = split_valid(df, checks)
     arrival = pl.col("start") if have_start else pl.lit(0.0)
     ok = ~pl.col("_is_err")
     gaps = pl.col("itl").fill_null(pl.lit([], dtype=pl.List(pl.Float64)))
-    token_times = c.cum_token_times(pl.col("ttft"), gaps)
+    token_times = cum_token_times(pl.col("ttft"), gaps)
     finish_rel = pl.col("lat") if have_lat else pl.col("ttft") + gaps.list.sum()
     out = good.with_columns(
         arrival.alias("arrival_ts"),
@@ -312,7 +326,7 @@ def requests_from_arrays(
         pl.col("token_times"),
         pl.when(ok)
         .then(
-            c.ones_if_per_token(
+            ones_if_per_token(
                 pl.col("itl").list.len() + 1, pl.col("out").cast(pl.Int64, strict=False)
             )
         )
@@ -320,7 +334,7 @@ def requests_from_arrays(
         pl.when(ok).then(pl.lit("ok")).otherwise(pl.lit("error")).alias("status"),
         pl.when(ok).then(None).otherwise(pl.col("err")).alias("error"),
     )
-    return c.requests_frame(out), q
+    return requests_frame(out), q
 
 
 def _error_series(errs: list[Any]) -> tuple[pl.Series, pl.Series]:
@@ -336,7 +350,7 @@ def _error_series(errs: list[Any]) -> tuple[pl.Series, pl.Series]:
 
 
 def _request_rate(v: object) -> float | None:
-    f = c.as_float(v)
+    f = as_float(v)
     return f if f is None or not math.isnan(f) else None
 
 
@@ -394,7 +408,7 @@ class LazyItls:
         """The entries as List(Float64) Series, whole entries per window, in file order.
 
         A window Polars cannot parse (a ``null`` entry, odd nesting) is parsed by Python's json
-        and sanitised exactly like the JSON path (:func:`c.float_list_series`); invalid JSON
+        and sanitised exactly like the JSON path (:func:`float_list_series`); invalid JSON
         raises InputError, and ingest keeps what was read before it."""
         pos, body_end, size = self.begin + 1, self.end - 1, WINDOW
         while pos < body_end:
@@ -422,11 +436,11 @@ def _parse_itls_window(body: bytes, at: int) -> pl.Series:
             values = json.loads(b"[" + body + b"]")
         except ValueError as exc:
             raise InputError(f"itls array is not valid JSON near byte {at:,} ({exc})") from exc
-        return c.float_list_series(values, "itl")
+        return float_list_series(values, "itl")
 
 
 def columnar_documents(data: bytes | Source) -> list[tuple[int, Any, str | None]] | None:
-    """The file's JSON documents like :func:`c.iter_json_documents`, numeric arrays as Series.
+    """The file's JSON documents like :func:`iter_json_documents`, numeric arrays as Series.
 
     The large numeric arrays (``ttfts``, ...) are cut out of the text by byte offsets and parsed
     by Polars; ``itls`` is left in the file as a :class:`LazyItls` and parsed in windows when its
@@ -475,7 +489,7 @@ def columnar_documents(data: bytes | Source) -> list[tuple[int, Any, str | None]
     except Exception:  # error path: Polars rejects the array (bad number, bad nesting)
         return None
     pieces.append(src.read(prev, src.size))
-    docs = list(c.iter_json_documents(c.decode_text(b"".join(pieces))))
+    docs = list(iter_json_documents(decode_text(b"".join(pieces))))
     used = 0
     for _, obj, err in docs:
         if err is None and isinstance(obj, dict):
@@ -534,17 +548,17 @@ def assemble_runs(
                 "metadata": r.meta,
             }
         )
-        summaries.append(c.summaries_frame(name, ctx, r.run_id, r.metrics))
-    yield ReaderOutput(runs=c.runs_frame(name, ctx, run_rows), run_summaries=pl.concat(summaries))
+        summaries.append(summaries_frame(name, ctx, r.run_id, r.metrics))
+    yield ReaderOutput(runs=runs_frame(name, ctx, run_rows), run_summaries=pl.concat(summaries))
     for r in runs:
         backend = r.obj.get("backend") if isinstance(r.obj.get("backend"), str) else None
-        engine = c.engine_from_backend(backend)
+        engine = engine_from_backend(backend)
         for reqs, q in per_request_batches(r.obj, r.run_id, r.model, engine):
             yield ReaderOutput(
                 requests=reqs if reqs.height else None, quarantine=q if q.height else None
             )
     if bad:
-        q = c.quarantine_frame([b[0] for b in bad], [b[1] for b in bad], [b[2] for b in bad])
+        q = quarantine_frame([b[0] for b in bad], [b[1] for b in bad], [b[2] for b in bad])
         yield ReaderOutput(quarantine=q)
 
 
@@ -566,7 +580,7 @@ class VllmBenchReader:
     )
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        text = c.head_text(head)
+        text = head_text(head)
         if not text.startswith("{"):
             return False
         return '"model_id"' in text and any(h in text for h in _METRIC_HINTS)
@@ -581,7 +595,7 @@ class VllmBenchReader:
     def _read(self, ctx: ReadContext, src: Source) -> Iterator[ReaderOutput]:
         docs = columnar_documents(src) if src.size >= COLUMNAR_MIN_BYTES else None
         if docs is None:
-            docs = list(c.iter_json_documents(c.decode_text(src.read(0, src.size))))
+            docs = list(iter_json_documents(decode_text(src.read(0, src.size))))
         if not docs:
             raise InputError("file is empty")
         good = [(line, obj) for line, obj, err in docs if err is None and isinstance(obj, dict)]
@@ -611,7 +625,7 @@ def open_source(ctx: ReadContext) -> Source:
     with open(ctx.path, "rb") as f:
         magic = f.read(4)
     if magic[:2] == b"\x1f\x8b" or magic == b"\x28\xb5\x2f\xfd":
-        return Source(data=c.read_all(ctx))
+        return Source(data=read_all(ctx))
     return Source(path=ctx.path)
 
 

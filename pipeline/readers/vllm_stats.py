@@ -28,8 +28,12 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.readers import _common as c
 from pipeline.readers.base import Capabilities, ReadContext, ReaderOutput
+from pipeline.readers.columns import bad_count, num
+from pipeline.readers.frames import requests_frame, runs_frame, split_valid
+from pipeline.readers.lines import iter_line_batches, parse_ndjson
+from pipeline.readers.sniff import first_line
+from pipeline.readers.units import as_int
 
 PRIORITY = 26
 FIELDS = (
@@ -90,8 +94,8 @@ def _meta_columns(d: dict[str, Any], f: Path) -> dict[str, Any]:
     par = rc.get("parallel_config") or {}
     kv = d.get("kv_cache") or {}
     hw = d.get("hardware") or {}
-    tp = c.as_int(kw.get("tensor_parallel_size")) or c.as_int(par.get("tensor_parallel_size"))
-    pp = c.as_int(par.get("pipeline_parallel_size")) or 1
+    tp = as_int(kw.get("tensor_parallel_size")) or as_int(par.get("tensor_parallel_size"))
+    pp = as_int(par.get("pipeline_parallel_size")) or 1
     version = str(d["vllm_version"])
     major_minor = tuple(int(x) for x in version.split(".")[:2] if x.isdigit())
     # V1 is the only engine from 0.10 on; it always chunks prefills unless told not to.
@@ -105,8 +109,8 @@ def _meta_columns(d: dict[str, Any], f: Path) -> dict[str, Any]:
         "gpu": hw.get("device_name"),
         "gpu_count": (tp or 1) * pp,
         "engine_version": version,
-        "max_num_seqs": c.as_int(kw.get("max_num_seqs") or sched.get("max_num_seqs")),
-        "max_batched_tokens": c.as_int(
+        "max_num_seqs": as_int(kw.get("max_num_seqs") or sched.get("max_num_seqs")),
+        "max_batched_tokens": as_int(
             kw.get("max_num_batched_tokens") or sched.get("max_num_batched_tokens")
         ),
         "chunked_prefill": chunked if isinstance(chunked, bool) else None,
@@ -115,13 +119,10 @@ def _meta_columns(d: dict[str, Any], f: Path) -> dict[str, Any]:
     }
     facts = {
         "meta_file": f.name,
-        "num_gpu_blocks": c.as_int(kv.get("num_gpu_blocks")),
-        "block_size": c.as_int(kv.get("block_size")),
-        "kv_capacity_tokens": c.as_int(kv.get("num_kv_tokens"))
-        or (
-            (c.as_int(kv.get("num_gpu_blocks")) or 0) * (c.as_int(kv.get("block_size")) or 0)
-            or None
-        ),
+        "num_gpu_blocks": as_int(kv.get("num_gpu_blocks")),
+        "block_size": as_int(kv.get("block_size")),
+        "kv_capacity_tokens": as_int(kv.get("num_kv_tokens"))
+        or ((as_int(kv.get("num_gpu_blocks")) or 0) * (as_int(kv.get("block_size")) or 0) or None),
         "enable_prefix_caching": kv.get("enable_prefix_caching"),
         "scheduler_reserve_full_isl": sched.get("scheduler_reserve_full_isl"),
         "long_prefill_token_threshold": sched.get("long_prefill_token_threshold"),
@@ -165,7 +166,7 @@ class VllmStatsReader:
     )
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        line = c.first_line(head)
+        line = first_line(head)
         return (
             line.startswith("{")
             and '"arrival_time"' in line
@@ -176,9 +177,9 @@ class VllmStatsReader:
         meta = companion_meta(ctx.path)
         offset: float | None = None  # wall - monotonic, one value for the whole file
         runs_done = False
-        for nums, texts in c.iter_line_batches(ctx):
-            df, q0 = c.parse_ndjson(nums, texts, FIELDS)
-            n = {f: c.num(pl.col(f)) for f in FIELDS}
+        for nums, texts in iter_line_batches(ctx):
+            df, q0 = parse_ndjson(nums, texts, FIELDS)
+            n = {f: num(pl.col(f)) for f in FIELDS}
             arrival = n["arrival_time"]
             ft_lat = n["first_token_latency"]
             mono_first = n["first_token_ts"]
@@ -224,15 +225,15 @@ class VllmStatsReader:
             err = pl.col("error").is_not_null() & (pl.col("error") != "")
             checks = [
                 (pl.col("t0").is_null() | ~pl.col("t0").is_finite(), "arrival_time missing"),
-                (c.bad_count(pl.col("inp")), "prompt token count missing or not a count"),
-                (c.bad_count(pl.col("outp")), "generated token count missing or not a count"),
+                (bad_count(pl.col("inp")), "prompt token count missing or not a count"),
+                (bad_count(pl.col("outp")), "generated token count missing or not a count"),
                 (
                     pl.col("no_anchor"),
                     "monotonic timestamps without queued_ts or first_token_latency: cannot be "
                     "placed on the wall clock",
                 ),
             ]
-            good, q = c.split_valid(x, checks)
+            good, q = split_valid(x, checks)
             out = good.select(
                 pl.coalesce(pl.col("rid"), pl.col("_line").cast(pl.Utf8)).alias("request_id"),
                 pl.col("_line").alias("source_line"),
@@ -263,7 +264,7 @@ class VllmStatsReader:
             if meta and not runs_done:
                 runs_done = True
                 cols = meta["columns"]
-                runs = c.runs_frame(
+                runs = runs_frame(
                     self.name,
                     ctx,
                     [
@@ -277,7 +278,7 @@ class VllmStatsReader:
                     ],
                 )
             yield ReaderOutput(
-                requests=c.requests_frame(out),
+                requests=requests_frame(out),
                 quarantine=quarantine if quarantine.height else None,
                 runs=runs,
             )
