@@ -8,6 +8,7 @@ TPOT and E2E must come back within 10 %, including an overloaded run where queue
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import polars as pl
@@ -77,15 +78,17 @@ def test_replay_reproduces_recorded_percentiles(fitted, run):
         assert truths[run]["summary"]["ttft_p50_s"] > 5.0
 
 
-def _exact(value):
-    """Floats to 12 significant digits: DuckDB's parallel sums differ in the last bit or two."""
-    if isinstance(value, float):
-        return float(f"{value:.12g}")
-    if isinstance(value, dict):
-        return {k: _exact(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_exact(v) for v in value]
-    return value
+def _same(a, b) -> bool:
+    """Equal, floats within 1e-9 relative: DuckDB's parallel sums differ in the last bit or two
+    with the summation order (rounding to 12 digits still flipped a digit at a boundary under
+    load); a replayed row in an observed view moves a count or a mean far more."""
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15) or (a != a and b != b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
 
 
 def _observed_snapshot(layout):
@@ -104,7 +107,7 @@ def _observed_snapshot(layout):
             out[q.name] = str(exc)
     fits, _ = fit_all(con, 1500)
     out["fit"] = to_frame(fits).drop("fitted_at", strict=False).to_dicts()
-    return _exact(out)
+    return out
 
 
 def test_write_back_is_idempotent_and_kept_apart_from_observed_data(fitted, tmp_path):
@@ -128,7 +131,7 @@ def test_write_back_is_idempotent_and_kept_apart_from_observed_data(fitted, tmp_
     after = _observed_snapshot(layout)
     assert after.keys() == before.keys() and len(before) >= 15
     for name in before:
-        assert after[name] == before[name], name
+        assert _same(after[name], before[name]), name
     n, fmt, src = con.execute(
         "SELECT count(*), any_value(source_format), any_value(source_file) FROM replay_requests "
         "WHERE run_id = ?", [run_id]

@@ -165,39 +165,19 @@ class ReplicaEngine(_Engine):
     def add(
         self, gid: int, arrival: float, prompt: int, out: int, cached: int, load: float = 0.0
     ) -> None:
-        r = len(self.arr)
-        cached = min(cached, max(prompt - 1, 0))
-        self.load.append(load)
-        self.arr.append(arrival)
-        self.order.append(r)
-        self.prompt.append(prompt)
-        self.out.append(out)
-        self.cached.append(cached)
-        self.p_eff.append(prompt)
-        self.done.append(cached)
-        for lst, v in (
-            (self.emitted, 0), (self.cj, 0), (self.gj, 0), (self.seg, -1), (self.preempted, 0),
-            (self.scheduled, NAN), (self.first, NAN), (self.finish, NAN),
-        ):  # fmt: skip
-            lst.append(v)
+        self.order.append(len(self.arr))
+        self._extend([arrival], [prompt], [out], [min(cached, max(prompt - 1, 0))], [load])
         self.ids.append(gid)
 
     def add_many(self, gid: NDArray, arrival: NDArray, prompt: NDArray, out: NDArray,
                  cached: NDArray, load: NDArray) -> None:  # fmt: skip
         """``add`` for many requests at once (in arrival order)."""
-        r, m = len(self.arr), len(gid)
+        r = len(self.arr)
         cached = np.minimum(cached, np.maximum(prompt - 1, 0))
-        self.load.extend(load.tolist())
-        self.arr.extend(arrival.tolist())
-        self.order.extend(range(r, r + m))
-        for lst, v in ((self.prompt, prompt), (self.out, out), (self.cached, cached),
-                       (self.p_eff, prompt), (self.done, cached), (self.ids, gid)):  # fmt: skip
-            lst.extend(v.tolist())
-        for lst, x in (
-            (self.emitted, 0), (self.cj, 0), (self.gj, 0), (self.seg, -1), (self.preempted, 0),
-            (self.scheduled, NAN), (self.first, NAN), (self.finish, NAN),
-        ):  # fmt: skip
-            lst.extend([x] * m)
+        self.order.extend(range(r, r + len(gid)))
+        self._extend(arrival.tolist(), prompt.tolist(), out.tolist(), cached.tolist(),
+                     load.tolist())  # fmt: skip
+        self.ids.extend(gid.tolist())
 
     def outstanding(self, t: float) -> int:
         """Requests routed here and not finished by time t."""

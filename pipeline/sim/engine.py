@@ -136,19 +136,28 @@ class _Engine:
         )
         self.bs, self.total_blocks = config.block_size, config.total_blocks
         self.watermark = config.watermark_blocks  # admissions leave these free (vLLM V0)
-        self.arr = arr.tolist()
+        # Per-request state, one list each, indexed by local request; _extend grows them all.
+        self.arr: list[float] = []
+        self.prompt: list[int] = []
+        self.out: list[int] = []
+        self.cached: list[int] = []
+        self.load: list[float] = []  # see simulate's load_seconds
+        self.p_eff: list[int] = []  # tokens to prefill: prompt (+ generated, after preemption)
+        self.done: list[int] = []  # tokens whose KV exists in the current prefill
+        self.emitted: list[int] = []
+        self.cj: list[int] = []  # context when it became a decoder
+        self.gj: list[int] = []  # decode-step index when it became a decoder
+        self.seg: list[int] = []  # its open segment
+        self.scheduled: list[float] = []
+        self.first: list[float] = []
+        self.finish: list[float] = []
+        self.preempted: list[int] = []
+        n = len(arr)
+        self._extend(
+            arr.tolist(), prompt.tolist(), out.tolist(), cached.tolist(),
+            [0.0] * n if load is None else load.tolist(),
+        )  # fmt: skip
         self.order = np.argsort(arr, kind="stable").tolist()
-        self.prompt, self.out, self.cached = prompt.tolist(), out.tolist(), cached.tolist()
-        n = len(self.arr)
-        self.load = [0.0] * n if load is None else load.tolist()  # see simulate's load_seconds
-        self.p_eff = list(self.prompt)  # tokens to prefill: prompt (+ generated, after preemption)
-        self.done = list(self.cached)  # tokens whose KV exists in the current prefill
-        self.emitted = [0] * n
-        self.cj = [0] * n  # context when it became a decoder
-        self.gj = [0] * n  # decode-step index when it became a decoder
-        self.seg = [-1] * n  # its open segment
-        self.scheduled, self.first, self.finish = [NAN] * n, [NAN] * n, [NAN] * n
-        self.preempted = [0] * n
         # Queues. running keeps admission order (dict: O(1) removal, last item = newest).
         self.waiting: deque[int] = deque()
         self.running: dict[int, None] = {}
@@ -174,6 +183,26 @@ class _Engine:
         self.nxt = 0  # next request (in arrival order) not yet queued
         self.horizon = math.inf  # runs stop before it, as before an arrival
         self.log = None  # a step log (pipeline.sim.cluster) records runs when set
+
+    def _extend(
+        self, arr: list[float], prompt: list[int], out: list[int], cached: list[int],
+        load: list[float],
+    ) -> None:  # fmt: skip
+        """Append requests to every per-request list: the one place that knows them all (the
+        constructor, and a pool's server receiving requests as they are routed)."""
+        m = len(arr)
+        self.arr.extend(arr)
+        self.prompt.extend(prompt)
+        self.out.extend(out)
+        self.cached.extend(cached)
+        self.load.extend(load)
+        self.p_eff.extend(prompt)
+        self.done.extend(cached)
+        for lst, v in (
+            (self.emitted, 0), (self.cj, 0), (self.gj, 0), (self.seg, -1), (self.preempted, 0),
+            (self.scheduled, NAN), (self.first, NAN), (self.finish, NAN),
+        ):  # fmt: skip
+            lst.extend([v] * m)
 
     # ---------------------------------------------------------------- bookkeeping helpers
     def _blocks(self, tokens: int) -> int:
