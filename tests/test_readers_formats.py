@@ -606,3 +606,34 @@ def test_mapping_reader_is_never_sniffed(tmp_path: Path) -> None:
     p = tmp_path / "a.csv"
     p.write_text("a,b\n1,2\n")
     assert not registry.by_name("mapping").sniff(p, read_head(p))
+
+
+def test_mapping_to_arrivals(tmp_path: Path) -> None:
+    """A user's mapping with target = "arrivals" runs through the reader the shipped BurstGPT /
+    Splitwise / Mooncake / Azure definitions use: relative milliseconds rebased to the first
+    arrival, a ragged line and a fractional count quarantined with their line numbers."""
+    m = tmp_path / "m.toml"
+    m.write_text('target = "arrivals"\nformat = "csv"\n[time]\nunit = "ms"\n[fields]\n'
+                 'arrival_ts = "t_ms"\nprompt_tokens = "in"\noutput_tokens = "out"\n')  # fmt: skip
+    data = tmp_path / "d.csv"
+    data.write_text("t_ms,in,out\n1000,10,2\n2500,12,3\n3000,12\n4000,1.5,3\n")
+    f = {"arrivals": [], "quarantine": []}
+    for batch in reader_for_mapping(m).read(ReadContext(data, "d")):
+        for t in f:
+            if getattr(batch, t) is not None:
+                f[t].append(getattr(batch, t))
+    a, q = pl.concat(f["arrivals"]), pl.concat(f["quarantine"])
+    assert a["t_arrival"].to_list() == [0.0, 1.5] and a["prompt_tokens"].to_list() == [10, 12]
+    assert (
+        a["request_id"].to_list() == ["1", "2"] and a["source_format"].to_list() == ["mapping"] * 2
+    )
+    assert dict(zip(q["line"], q["reason"], strict=True)) == {
+        4: "expected 3 fields; out is not a whole number >= 0",
+        5: "in is not a whole number >= 0",
+    }
+    m.write_text('target = "arrivals"\nformat = "parquet"\n[fields]\narrival_ts = "t"\n')
+    with pytest.raises(MappingError, match='format = "csv" or "jsonl"'):
+        reader_for_mapping(m)
+    m.write_text('target = "arrivals"\nformat = "csv"\n[fields]\narrival_ts = "t"\n')
+    with pytest.raises(MappingError, match="must map prompt_tokens, output_tokens"):
+        reader_for_mapping(m)

@@ -38,6 +38,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.files.sources import compression
+from pipeline.readers.arrival_traces import (
+    ArrivalMapping,
+    ArrivalMappingReader,
+    MappingFileError,
+    load_arrival_mapping,
+)
 from pipeline.readers.base import (
     CANONICAL_SCHEMA,
     Capabilities,
@@ -87,11 +93,21 @@ class Mapping:
     csv_separator: str = ","
 
 
-def load_mapping(path: Path) -> Mapping:
+def load_mapping(path: Path) -> Mapping | ArrivalMapping:
+    """A request mapping, or with ``target = "arrivals"`` an arrival-only one (the vocabulary the
+    shipped BurstGPT / Splitwise / Mooncake / Azure definitions use, readers/arrival_formats)."""
     try:
         raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise MappingError(f"mapping file {path}: {exc}") from exc
+    target = raw.get("target", "requests")
+    if target == "arrivals":
+        try:
+            return load_arrival_mapping(Path(path), raw)
+        except MappingFileError as exc:
+            raise MappingError(str(exc)) from exc
+    if target != "requests":
+        raise MappingError(f'mapping {path}: target must be "requests" or "arrivals"')
     time = raw.get("time", {})
     fmt = raw.get("format")
     if fmt is not None and fmt not in FORMATS:
@@ -194,7 +210,7 @@ class MappingReader:
         per_request=True, per_token=True, arrivals_only=False, gpu_model_present=False
     )
 
-    def __init__(self, mapping: Mapping | None = None) -> None:
+    def __init__(self, mapping: Mapping | ArrivalMapping | None = None) -> None:
         self.mapping = mapping
 
     def sniff(self, path: Path, head: bytes) -> bool:
@@ -207,6 +223,9 @@ class MappingReader:
             if mp is None:
                 raise InputError("the mapping reader needs a mapping file (--mapping FILE.toml)")
             m = load_mapping(Path(mp))
+        if isinstance(m, ArrivalMapping):
+            yield from ArrivalMappingReader(m).read(ctx)
+            return
         fmt = _input_format(m, ctx.path)
         for df, pre_q in self._frames(m, fmt, ctx):
             yield self._convert(m, fmt, ctx, df, pre_q)

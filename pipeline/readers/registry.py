@@ -24,6 +24,10 @@ def readers() -> tuple[Reader, ...]:
         reader = getattr(module, "READER", None)
         if reader is not None:
             found.append((getattr(module, "PRIORITY", 50), reader.name, reader))
+        # A module of readers defined by data (arrival_traces: one per mapping definition).
+        prio = getattr(module, "PRIORITIES", {})
+        for r in getattr(module, "READERS", ()):
+            found.append((prio.get(r.name, 50), r.name, r))
     return tuple(r for _, _, r in sorted(found, key=lambda t: (t[0], t[1])))
 
 
