@@ -259,3 +259,39 @@ def test_sglang_output_details_streamed_like_line_path(
         assert_frame_equal(fast[t], slow[t], check_exact=True)
     assert fast["requests"].height == 120
     assert fast["requests"]["run_id"].unique().sort().to_list() == ["run#1", "run#2"]
+
+
+def test_compressed_file_is_spilled_not_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gzipped result is decompressed block by block to an unlinked temporary file and read by
+    windows from it, like a plain file (it was decompressed whole into memory): the Source holds
+    no bytes, the spill directory is empty afterwards, and the tables equal the plain file's."""
+    import tempfile
+
+    spill_dir = tmp_path / "spill"
+    spill_dir.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spill_dir))
+    text = json.dumps(detailed(300, 5))
+    plain, gz = tmp_path / "r.json", tmp_path / "r.json.gz"
+    plain.write_text(text)
+    gz.write_bytes(gzip.compress(text.encode()))
+    held = []
+    real_init = vllm_bench.Source.__init__
+
+    def spy(self: vllm_bench.Source, *a: object, **k: object) -> None:
+        real_init(self, *a, **k)  # type: ignore[arg-type]
+        held.append((self.data is None, self.size))
+
+    monkeypatch.setattr(vllm_bench.Source, "__init__", spy)
+    monkeypatch.setattr(vllm_bench, "COLUMNAR_MIN_BYTES", 0)
+    list(vllm_bench.READER.read(ReadContext(path=gz, default_run_id="run")))
+    assert held == [(True, len(text.encode()))]  # descriptor-backed, the decompressed size
+    assert list(spill_dir.iterdir()) == []  # unlinked at once: nothing left behind
+    from_gz, from_plain = read(gz, True, monkeypatch), read(plain, True, monkeypatch)
+    for t in TABLES:
+        assert_frame_equal(
+            from_gz[t].drop("source_file", strict=False),
+            from_plain[t].drop("source_file", strict=False),
+            check_exact=True,
+        )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
+import tempfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +44,24 @@ def open_decompressed(path: Path) -> BinaryIO:
 
 
 UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def spill(path: Path) -> int:
+    """A file descriptor of ``path``'s decompressed bytes, written block by block to an unlinked
+    temporary file (in TMPDIR): a compressed JSON document is then read in windows like a plain
+    one, in bounded memory, at the cost of its uncompressed size on disk until the descriptor is
+    closed. (It was decompressed whole into memory: ~3 GB for a 1M-request vLLM result.)"""
+    fd, name = tempfile.mkstemp(prefix="pipeline-spill-")
+    os.unlink(name)  # gone from the directory now; freed when the descriptor closes
+    try:
+        for block in iter_blocks(path):
+            view = memoryview(block)
+            while view:
+                view = view[os.write(fd, view) :]
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def iter_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:

@@ -36,7 +36,7 @@ from pipeline.readers.json_text import compact_json, decode_text, load_json
 from pipeline.readers.lines import RAW_LIMIT
 from pipeline.readers.sniff import head_text
 from pipeline.readers.units import as_float
-from pipeline.readers.vllm_bench import Source, run_ids
+from pipeline.readers.vllm_bench import Source, open_source, run_ids
 
 PRIORITY = 41
 STATUS = {"successful": "ok", "errored": "error", "incomplete": "cancelled"}
@@ -95,11 +95,7 @@ def _plan(ctx: ReadContext) -> _Plan | None:
     """The streamed reading of a plain file, or None (compressed, or anything unusual: invalid
     JSON, no ``benchmarks`` list, a request array that is not one), so the whole-document path
     reads it and its errors and quarantine stay what they always were."""
-    with open(ctx.path, "rb") as f:
-        magic = f.read(4)
-    if magic[:2] == b"\x1f\x8b" or magic == b"\x28\xb5\x2f\xfd":
-        return None  # compressed: decompressed whole anyway, so the ordinary path is as good
-    src = Source(path=ctx.path)
+    src = open_source(ctx)  # a compressed file spilled decompressed to a temporary file
     try:
         plan = _locate(src)
     except Exception:

@@ -20,6 +20,7 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.files.sources import spill
 from pipeline.readers.base import (
     Capabilities,
     InputError,
@@ -39,7 +40,7 @@ from pipeline.readers.frames import (
     split_valid,
     summaries_frame,
 )
-from pipeline.readers.json_text import decode_text, iter_json_documents, read_all
+from pipeline.readers.json_text import decode_text, iter_json_documents
 from pipeline.readers.sniff import head_text
 from pipeline.readers.units import as_float
 
@@ -359,12 +360,18 @@ _OVERLAP = 4096  # a pattern match is never longer than this
 
 
 class Source:
-    """The file's bytes, read a window at a time: an in-memory ``bytes`` (compressed input, tests)
-    or a plain file read with ``os.pread`` (no page-cache pages counted in this process)."""
+    """The file's bytes, read a window at a time: an in-memory ``bytes`` (tests), a plain file, or
+    an open descriptor (a compressed file spilled decompressed, ``files.sources.spill``), read
+    with ``os.pread`` (no page-cache pages counted in this process). Closing it closes the fd."""
 
-    def __init__(self, data: bytes | None = None, path: Path | None = None) -> None:
+    def __init__(
+        self, data: bytes | None = None, path: Path | None = None, fd: int | None = None
+    ) -> None:
         self.data = data
-        self.fd = os.open(path, os.O_RDONLY) if path is not None else -1
+        if fd is not None:
+            self.fd = fd
+        else:
+            self.fd = os.open(path, os.O_RDONLY) if path is not None else -1
         self.size = len(data) if data is not None else os.fstat(self.fd).st_size
 
     def read(self, begin: int, end: int) -> bytes:
@@ -621,11 +628,12 @@ class VllmBenchReader:
 
 
 def open_source(ctx: ReadContext) -> Source:
-    """A plain file is read in windows from disk; a compressed one is decompressed in memory."""
+    """A plain file is read in windows from disk; a compressed one is first decompressed to an
+    unlinked temporary file (``spill``), so memory stays bounded either way."""
     with open(ctx.path, "rb") as f:
         magic = f.read(4)
     if magic[:2] == b"\x1f\x8b" or magic == b"\x28\xb5\x2f\xfd":
-        return Source(data=read_all(ctx))
+        return Source(fd=spill(ctx.path))
     return Source(path=ctx.path)
 
 
