@@ -753,3 +753,25 @@ def test_every_titled_quantitative_axis_names_its_unit(page):
     assert len(titles) >= 10  # the page's charts were found
     missing = sorted(t for t in titles if "(" not in t and "/" not in t)
     assert not missing, missing
+
+
+def test_fitted_efficiency_at_bound_or_borrowed_is_not_printed_as_fitted():
+    """Issue 14 point 5 / issue 11 point 2: the MFU/MBU table's fitted column shows an MBU the
+    step fit pinned at its 95 % cap as 'at bound', and an MFU borrowed from the other phase as
+    such, never as a bare fitted value; a fitted one keeps its interval."""
+    from pipeline.report.sections.efficiency import _fitted_text
+
+    df = pl.DataFrame(
+        {
+            "fit_mbu": [0.95, 0.61, 0.5, None],
+            "fit_mbu_lo": [None, 0.58, None, None],
+            "fit_mbu_hi": [None, 0.64, None, None],
+            "fit_mbu_source": ["at cap", "fit", "other phase", None],
+        }
+    )
+    assert _fitted_text(df, "mbu") == [
+        "95.0 % (at bound)",
+        "61.0 % [58.0, 64.0]",
+        "50.0 % (the other phase's: not identifiable here)",
+        "–",
+    ]

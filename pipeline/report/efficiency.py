@@ -44,6 +44,10 @@ SCHEMA = {
     "fit_mfu_hi": pl.Float64,
     "fit_mbu_lo": pl.Float64,
     "fit_mbu_hi": pl.Float64,
+    # Where the fitted value comes from (PhaseFit.source): 'fit', 'at cap' (the 95 % bound),
+    # 'other phase' (borrowed), 'unidentified'; only 'fit' is printed as a fitted value.
+    "fit_mfu_source": pl.Utf8,
+    "fit_mbu_source": pl.Utf8,
     "assumption": pl.Utf8,
 }
 
@@ -153,6 +157,8 @@ def points(ctx: Context) -> tuple[pl.DataFrame, list[str]]:
                     "fit_mfu_hi": ci.get("mfu_ci_high"),
                     "fit_mbu_lo": ci.get("mbu_ci_low"),
                     "fit_mbu_hi": ci.get("mbu_ci_high"),
+                    "fit_mfu_source": ci.get("mfu_source"),
+                    "fit_mbu_source": ci.get("mbu_source"),
                     "assumption": f"{dep.gpu_count} x {dep.gpu.name}, {assumption}",
                 }
             )
@@ -196,6 +202,8 @@ def summary(pts: pl.DataFrame) -> pl.DataFrame:
                     "fit_mfu_hi",
                     "fit_mbu_lo",
                     "fit_mbu_hi",
+                    "fit_mfu_source",
+                    "fit_mbu_source",
                 )
             ),
             pl.col("mfu").max().alias("mfu_max"),

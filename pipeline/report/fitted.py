@@ -75,7 +75,11 @@ def load_fitted(ctx: Context) -> Fitted:
         for key, fm in fits.items():
             cost = fm.step_cost(phase)
             dep = deployment_key(key.model, key.gpu, key.gpu_count, key.weight_dtype, key.kv_dtype)
-            fine.append(((phase, dep), (cost, _ci(fm.phase(phase).ci))))
+            pf = fm.phase(phase)
+            # The intervals, and where MFU / MBU come from ('fit', 'at cap', 'other phase'):
+            # the report prints only a 'fit' as a fitted value.
+            info = _ci(pf.ci) | {f"{n}_source": pf.source.get(n) for n in ("mfu", "mbu")}
+            fine.append(((phase, dep), (cost, info)))
             coarse_pairs.append(((key.model, key.gpu), cost))
         by_dep, n_fine = _unique(fine)
         by_pair, n_coarse = _unique(coarse_pairs)

@@ -13,13 +13,25 @@ def _flag(row: dict) -> str:
     return "bad" if (row.get("mfu") or 0) > 1 or (row.get("mbu") or 0) > 1 else ""
 
 
+# How a value the fit did not estimate is shown instead of as a fitted value.
+NOT_FITTED = {
+    "at cap": "{v} (at bound)",
+    "other phase": "{v} (the other phase's: not identifiable here)",
+    "unidentified": "not identifiable",
+}
+
+
 def _fitted_text(df, name: str):  # type: ignore[no-untyped-def]
-    """'54.0 % [53.9, 54.1]': the fitted efficiency and its 95 % interval, '–' without a fit."""
+    """'54.0 % [53.9, 54.1]': the fitted efficiency and its 95 % interval, '–' without a fit; a
+    value at the fit's bound or borrowed from the other phase says so (NOT_FITTED)."""
     out = []
     for r in df.iter_rows(named=True):
         v, lo, hi = r[f"fit_{name}"], r[f"fit_{name}_lo"], r[f"fit_{name}_hi"]
+        src = r.get(f"fit_{name}_source") or "fit"
         if v is None:
             out.append("–")
+        elif src != "fit":
+            out.append(NOT_FITTED.get(src, "{v} (" + src + ")").format(v=pct(v)))
         elif lo is None or hi is None:
             out.append(pct(v))
         else:
