@@ -775,3 +775,22 @@ def test_fitted_efficiency_at_bound_or_borrowed_is_not_printed_as_fitted():
         "50.0 % (the other phase's: not identifiable here)",
         "–",
     ]
+
+
+def test_model_on_trial_shows_observed_and_replayed_per_run():
+    """Issue 14 point 5: the per-run error table carries the observed and replayed p50/p90 TTFT
+    and TPOT the errors are made of (only p90 TTFT had them); in-sample rows stay out."""
+    from pipeline.report.sections.model import _per_run
+
+    rows = []
+    for run, split, scale in (("r1", "leave-one-run-out", 1.1), ("r2", "in-sample", 0.9)):
+        for metric, obs in (("ttft_p50", 0.2), ("ttft_p90", 0.5), ("tpot_p50", 0.02),
+                            ("tpot_p90", 0.04), ("throughput_tok_s", 900.0)):  # fmt: skip
+            rows.append({"run_id": run, "split": split, "metric": metric, "observed": obs,
+                         "replayed": obs * scale, "error": scale - 1})  # fmt: skip
+    out = _per_run(pl.DataFrame(rows))
+    assert out["run_id"].to_list() == ["r1"]
+    r = out.row(0, named=True)
+    assert r["ttft_p50_pair"] == "200.0 / 220.0" and r["ttft_p90_pair"] == "500.0 / 550.0"
+    assert r["tpot_p50_pair"] == "20.0 / 22.0" and r["tpot_p90_pair"] == "40.0 / 44.0"
+    assert r["ttft_p90"] == pytest.approx(0.1) and "throughput_tok_s_pair" not in out.columns

@@ -136,6 +136,7 @@ def accuracy_sentence(ctx: Context) -> str | None:
     return "The model behind these numbers, on runs it was not fitted on: " + "; ".join(parts) + "."
 
 
+_PAIRS = ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90")  # shown as observed / replayed too
 _RUN_COLS = [
     Col("run_id", "run"),
     Col("split", "split"),
@@ -145,21 +146,32 @@ _RUN_COLS = [
     Col("tpot_p90", "TPOT p90", signed_pct, True),
     Col("e2e_p90", "E2E p90", signed_pct, True),
     Col("throughput_tok_s", "tokens/s", signed_pct, True),
-    Col("ttft_p90_observed", "TTFT p90 observed (ms)", ms, True),
-    Col("ttft_p90_replayed", "replayed (ms)", ms, True),
+    Col("ttft_p50_pair", "TTFT p50 observed / replayed (ms)", numeric=True),
+    Col("ttft_p90_pair", "TTFT p90 observed / replayed (ms)", numeric=True),
+    Col("tpot_p50_pair", "TPOT p50 observed / replayed (ms per token)", numeric=True),
+    Col("tpot_p90_pair", "TPOT p90 observed / replayed (ms per token)", numeric=True),
 ]
 
 
 def _per_run(val: pl.DataFrame) -> pl.DataFrame:
+    """Per held-out run: each metric's error, and the observed and replayed values of p50/p90
+    TTFT and TPOT beside them (the numbers the errors are made of)."""
     v = val.filter(pl.col("split") != "in-sample")
     if v.is_empty():
         return v
     err = v.pivot(on="metric", index=["run_id", "split"], values="error")
-    p90 = v.filter(pl.col("metric") == "ttft_p90").select(
-        "run_id", "split", pl.col("observed").alias("ttft_p90_observed"),
-        pl.col("replayed").alias("ttft_p90_replayed"),
-    )  # fmt: skip
-    return err.join(p90, on=["run_id", "split"], how="left").sort("run_id", "split")
+    pairs = v.filter(pl.col("metric").is_in(_PAIRS))
+    if pairs.height:
+        text = [
+            f"{ms(o)} / {ms(r)}" for o, r in zip(pairs["observed"], pairs["replayed"], strict=True)
+        ]
+        wide = (
+            pairs.select("run_id", "split", (pl.col("metric") + "_pair").alias("metric"))
+            .with_columns(pl.Series("text", text))
+            .pivot(on="metric", index=["run_id", "split"], values="text")
+        )
+        err = err.join(wide, on=["run_id", "split"], how="left")
+    return err.sort("run_id", "split")
 
 
 def build(ctx: Context) -> Section:
