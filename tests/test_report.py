@@ -717,6 +717,9 @@ def test_summary_only_sweep_is_drawn_with_its_knee(tmp_path):
     assert (
         "Sweeps known from the tools&#x27; summaries only" in section or "summaries only" in section
     )
+    # Over time lists the 7 summary-only runs by id (they have no time axis), not silently.
+    over = r.path.read_text().split('id="over_time"')[1].split("</section>")[0]
+    assert "7 run(s) are known only from their tools' summaries" in over
     from pipeline.report.sections.load import summary_knees
 
     sw = run_named(connect(layout), load("report_load_summaries", REPO / "queries"))

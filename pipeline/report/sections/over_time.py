@@ -45,10 +45,32 @@ def _unclocked(ctx: Context) -> list[str]:
     return [str(r) for r in ctx._frame(ctx.con.arrow(sql))["run_id"].to_list()]
 
 
+def _summary_only(ctx: Context) -> list[str]:
+    """Runs known only from a tool's summary (no per-request rows, so no time axis); the
+    all-data report only, since summaries carry no times to select a period by."""
+    if not ctx.has("run_summaries") or ctx.period.start is not None or ctx.period.end is not None:
+        return []
+    sql = (
+        "SELECT DISTINCT run_id FROM run_summaries "
+        "WHERE run_id NOT IN (SELECT DISTINCT run_id FROM requests) ORDER BY run_id"
+    )
+    return [str(r) for r in ctx._frame(ctx.con.arrow(sql))["run_id"].to_list()]
+
+
 def build(ctx: Context) -> Section:
     s = Section("over_time", "Over time: load, queue, throughput and TTFT")
     df = ctx.query("report_over_time")
     unclocked = _unclocked(ctx)
+    summarised = _summary_only(ctx)
+    listed_summaries = (
+        f'<p class="note">{len(summarised)} run(s) are known only from their tools\' summaries '
+        f"(no per-request rows, no time axis), so they are not drawn: "
+        f"{esc(', '.join(summarised[:20]))}"
+        + (f" and {len(summarised) - 20} more" if len(summarised) > 20 else "")
+        + ".</p>"
+        if summarised
+        else ""
+    )
     listed = (
         f'<p class="note">{len(unclocked)} run(s) have no arrival times in their logs and no '
         f"time axis, so they are not drawn: {esc(', '.join(unclocked[:20]))}"
@@ -58,8 +80,17 @@ def build(ctx: Context) -> Section:
         else ""
     )
     if df is None or df.is_empty():
-        s.absent = "No run with arrival times: nothing to draw over time." + (
-            f" {len(unclocked)} run(s) have no arrival times." if unclocked else ""
+        s.absent = (
+            "No run with arrival times: nothing to draw over time."
+            + (f" {len(unclocked)} run(s) have no arrival times." if unclocked else "")
+            + (
+                f" {len(summarised)} run(s) are known only from their tools' summaries: "
+                + ", ".join(summarised[:20])
+                + (f" and {len(summarised) - 20} more" if len(summarised) > 20 else "")
+                + "."
+                if summarised
+                else ""
+            )
         )
         return s
     df = series_frame(df)
@@ -93,6 +124,7 @@ def build(ctx: Context) -> Section:
     s.body = (
         ctx.chart(chart, "over time")
         + listed
+        + listed_summaries
         + '<p class="note">Per window of each run (its length in the tooltip: a round number '
         "near a fortieth of the run): arrivals per second; requests in flight (arrived, not "
         "finished) and waiting (arrived, not scheduled) at the window's end; output tokens of "
