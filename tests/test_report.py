@@ -466,10 +466,12 @@ def test_knee_is_the_lowest_rate_past_twice_the_base():
             "series": ["A"] * 4 + ["B"] * 2,
             "request_rate": [2.0, 1.0, 3.0, 4.0, 1.0, 2.0],
             "ttft_p90": [0.19, 0.10, 0.21, 0.50, 0.3, 0.5],  # a: base 0.10 at 1 req/s
+            "output_throughput": [400.0, 200.0, 590.0, 700.0, 150.0, 300.0],
         }
     )
     k = {r["deployment"]: r for r in knees(df).iter_rows(named=True)}
     assert k["a"]["knee_rate"] == 3.0 and k["a"]["base_ttft_p90"] == 0.10  # 0.21 > 0.20
+    assert k["a"]["knee_output_throughput"] == 590.0  # the knee run's, for the throughput axis
     assert k["b"]["knee_rate"] is None and k["b"]["runs"] == 2  # 0.5 < 2 x 0.3
 
 
@@ -521,7 +523,26 @@ def test_load_curve_replays_a_calibrated_deployment(tmp_path):
     r = build_report(layout, tmp_path / "r")
     s = r.summary["sections"]["load"]
     assert s["replayed_points"] == 8 * 3  # eight rates x p50/p90/p99, one calibrated deployment
-    assert "Dotted: the calibrated model" in r.path.read_text()
+    html = r.path.read_text()
+    assert "Dotted: the calibrated model" in html
+    # The replayed curve is drawn on the rate and on the throughput axes, TTFT and TPOT (4).
+    m = re.search(r'<script type="application/json" id="report-specs">(.*?)</script>', html, re.S)
+    assert m
+    dotted: list[str] = []
+
+    def walk(o):
+        if isinstance(o, dict):
+            mark = o.get("mark")
+            if isinstance(mark, dict) and mark.get("strokeDash") == [2, 2]:
+                dotted.append(o["encoding"]["x"]["field"])
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+
+    walk(json.loads(m.group(1)))
+    assert sorted(dotted) == ["output_throughput"] * 2 + ["request_rate"] * 2
 
 
 def test_over_time_counts_a_hand_worked_schedule():

@@ -43,6 +43,12 @@ def knees(df: pl.DataFrame) -> pl.DataFrame:
                 "rate_hi": g["request_rate"].max(),
                 "base_ttft_p90": base,
                 "knee_rate": past["request_rate"][0] if past.height else None,
+                # the knee run's output throughput: the knee on the throughput axis
+                "knee_output_throughput": (
+                    past["output_throughput"][0]
+                    if past.height and "output_throughput" in past.columns
+                    else None
+                ),
             }
         )
     return pl.DataFrame(rows)
@@ -68,7 +74,8 @@ def replayed(ctx: Context, df: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     from pipeline.schema import deployment as key
 
     empty = pl.DataFrame(
-        schema={"series": pl.Utf8, "request_rate": pl.Float64, "stat": pl.Utf8,
+        schema={"series": pl.Utf8, "request_rate": pl.Float64,
+                "output_throughput": pl.Float64, "stat": pl.Utf8,
                 "ttft": pl.Float64, "tpot": pl.Float64}
     )  # fmt: skip
     if not ctx.has("calibration"):
@@ -109,11 +116,13 @@ def replayed(ctx: Context, df: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             duration = float(np.max(run.arrival + e2e))  # run.arrival starts at 0
             tpot = tpot_of(ttft, e2e, run.output)
             achieved = run.n / duration if duration > 0 else math.nan
+            tokens = float(run.output.sum()) / duration if duration > 0 else math.nan
             for p in (50, 90, 99):
                 rows.append(
                     {
                         "series": g["series"][0],
                         "request_rate": achieved,
+                        "output_throughput": tokens,
                         "stat": f"p{p}",
                         "ttft": float(np.percentile(ttft, p)),
                         "tpot": float(np.percentile(tpot, p)) if len(tpot) else math.nan,
@@ -152,25 +161,26 @@ def _chart(
         )
     )
     layers = [points]
-    if x == "request_rate" and rep.height:
+    if rep.height:  # the replayed curve, on either axis (it records both)
         r = rep.with_columns((pl.col(what) * 1000).alias("ms")).filter(pl.col("ms") > 0)
         layers.append(
             alt.Chart(r)
             .mark_line(strokeWidth=1, opacity=0.6, strokeDash=[2, 2])
             .encode(
-                x="request_rate:Q",
+                x=f"{x}:Q",
                 y=alt.Y("ms:Q", scale=alt.Scale(type="log")),
                 color=color,
                 detail="stat:N",
-                tooltip=["series:N", "stat:N", "request_rate:Q", "ms:Q"],
+                tooltip=["series:N", "stat:N", f"{x}:Q", "ms:Q"],
             )
         )
-    marked = k.filter(pl.col("knee_rate").is_not_null())
-    if x == "request_rate" and marked.height:  # the knee, a vertical rule per deployment
+    knee_x = "knee_rate" if x == "request_rate" else "knee_output_throughput"
+    marked = k.filter(pl.col(knee_x).is_not_null()) if knee_x in k.columns else k.head(0)
+    if marked.height:  # the knee, a vertical rule per deployment (its run's x on this axis)
         layers.append(
-            alt.Chart(marked.select("series", "knee_rate"))
+            alt.Chart(marked.select("series", knee_x))
             .mark_rule(strokeDash=[1, 2], strokeWidth=2)
-            .encode(x="knee_rate:Q", color=color, tooltip=["series:N", "knee_rate:Q"])
+            .encode(x=f"{knee_x}:Q", color=color, tooltip=["series:N", f"{knee_x}:Q"])
         )
     slo_frame = pl.DataFrame({"ms": [slo * 1000], "label": [f"SLO {slo * 1000:g} ms"]})
     layers.append(
@@ -219,19 +229,34 @@ def summary_sweeps(ctx: Context) -> tuple[str, dict]:
     long = long.with_columns(
         pl.col("stat").str.replace("ttft_", ""), (pl.col("s") * 1000).alias("ms")
     )
-    chart = (
+    color = alt.Color("series:N", title="sweep (summary file)")
+    lines = (
         alt.Chart(long)
         .mark_line(point=True)
         .encode(
             x=alt.X("request_rate:Q", title="achieved request rate (req/s)"),
             y=alt.Y("ms:Q", title="TTFT (ms)", scale=alt.Scale(type="log")),
-            color=alt.Color("series:N", title="sweep (summary file)"),
+            color=color,
             strokeDash=alt.StrokeDash("stat:N", title="percentile"),
             tooltip=["series:N", "run_id:N", "stat:N", "request_rate:Q", "ms:Q"],
         )
-        .properties(width=520, height=240)
     )
     k = summary_knees(sw)
+    slo = ctx.options.slo_ttft
+    layers = [
+        lines,
+        alt.Chart(pl.DataFrame({"ms": [slo * 1000]}))
+        .mark_rule(color="#d62728", strokeDash=[6, 3])
+        .encode(y="ms:Q"),
+    ]
+    marked = k.filter(pl.col("knee_rate").is_not_null())
+    if marked.height:  # the knee, as on the per-request curves
+        layers.append(
+            alt.Chart(marked.select("series", "knee_rate"))
+            .mark_rule(strokeDash=[1, 2], strokeWidth=2)
+            .encode(x="knee_rate:Q", color=color, tooltip=["series:N", "knee_rate:Q"])
+        )
+    chart = alt.layer(*layers).properties(width=520, height=240)
     html = (
         "<h3>Sweeps known from the tools' summaries only</h3>"
         + ctx.chart(chart, "TTFT vs rate (tool summaries)")
@@ -277,6 +302,7 @@ def build(ctx: Context) -> Section:
         _chart(ctx, df, rep, k, "ttft", "request_rate", o.slo_ttft)
         + _chart(ctx, df, rep, k, "tpot", "request_rate", o.slo_tpot)
         + _chart(ctx, df, rep, k, "ttft", "output_throughput", o.slo_ttft)
+        + _chart(ctx, df, rep, k, "tpot", "output_throughput", o.slo_tpot)
     )
 
     def knee(v: object) -> str:
@@ -302,8 +328,9 @@ def build(ctx: Context) -> Section:
     if rep.height:
         note += (
             " Dotted: the calibrated model replaying the highest-rate run's requests at other "
-            f"offered rates up to {REPLAY_BEYOND:g}x the highest observed, drawn at the rate it "
-            "achieves (past capacity the achieved rate stops growing while latency does); a "
+            f"offered rates up to {REPLAY_BEYOND:g}x the highest offered in the runs, drawn at "
+            "the rate and output throughput it achieves (past capacity they stop growing while "
+            "latency does); the knee's rule sits at its run's rate or throughput; a "
             "prediction, whose measured error is in 'The model on trial'."
         )
     for n in notes:
