@@ -818,3 +818,27 @@ def test_model_on_trial_shows_observed_and_replayed_per_run():
     assert r["ttft_p50_pair"] == "200.0 / 220.0" and r["ttft_p90_pair"] == "500.0 / 550.0"
     assert r["tpot_p50_pair"] == "20.0 / 22.0" and r["tpot_p90_pair"] == "40.0 / 44.0"
     assert r["ttft_p90"] == pytest.approx(0.1) and "throughput_tok_s_pair" not in out.columns
+
+
+def test_load_curves_beyond_twenty_deployments_offer_a_menu(tmp_path):
+    """Issue 14 point 7 on the load curves: 25 deployments, each at two rates: the 20 largest
+    are drawn, the other 5 are offered in an 'also show' menu on each of the four charts and
+    counted in the note, none dropped silently."""
+    deps = tuple((f"org/model-{k:02d}", "H100-SXM", 6.0e-5, 0.0075, 2.0e-5) for k in range(25))
+    specs = [
+        Spec(n=1500, seed=s, rate=r, start=EPOCH + 3600 * s, deployments=deps)
+        for s, r in ((1, 2.0), (2, 6.0))
+    ]
+    layout = make_warehouse(tmp_path / "wh", tmp_path / "logs", specs)
+    html = build_report(layout, tmp_path / "r").path.read_text()
+    section = html.split('id="load"')[1].split("</section>")[0]
+    assert "5 smaller series not drawn (the &#x27;also show&#x27; menu" in section
+    (raw,) = re.findall(r'<script type="application/json" id="report-specs">(.*?)</script>', html)
+    specs_json = json.loads(raw)
+    menus = 0
+    for cid in re.findall(r'<div class="chart" id="(chart-\d+)"', section):
+        text = json.dumps(specs_json[cid])
+        if '"input": "select"' in text:
+            menus += 1
+            assert "datum.rank <= 20" in text
+    assert menus == 4

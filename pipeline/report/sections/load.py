@@ -20,7 +20,13 @@ import polars as pl
 
 from pipeline.report.context import Context
 from pipeline.report.html import Col, Section, esc, ms, num, table
-from pipeline.report.sections.common import label_expr
+from pipeline.report.sections.common import (
+    dropped_note,
+    label_expr,
+    ranked,
+    top_series,
+    with_selector,
+)
 
 KNEE_FACTOR = 2.0
 REPLAY_SCALES = 8  # rates on the replayed curve
@@ -143,9 +149,13 @@ def _chart(
     unit = "ms" if what == "ttft" else "ms per token"
     title = f"{what.upper()} ({unit})"
     stats = [f"{what}_p50", f"{what}_p90", f"{what}_p99"]
-    long = obs.unpivot(
-        index=["series", x, "run_id"], on=stats, variable_name="stat", value_name="s"
-    ).with_columns(pl.col("stat").str.replace(f"{what}_", ""), (pl.col("s") * 1000).alias("ms"))
+    long = (
+        ranked(obs)
+        .unpivot(
+            index=["series", "rank", x, "run_id"], on=stats, variable_name="stat", value_name="s"
+        )
+        .with_columns(pl.col("stat").str.replace(f"{what}_", ""), (pl.col("s") * 1000).alias("ms"))
+    )
     xt = "achieved request rate (req/s)" if x == "request_rate" else "output throughput (tok/s)"
     color = alt.Color("series:N", title="deployment")
     dash = alt.StrokeDash("stat:N", title="percentile")
@@ -160,7 +170,9 @@ def _chart(
             tooltip=["series:N", "run_id:N", "stat:N", f"{x}:Q", "ms:Q"],
         )
     )
-    layers = [points]
+    # Beyond 20 deployments: the 20 with the most requests, a menu for any other one (the
+    # replayed curves and knees are the drawn deployments' only).
+    layers = [with_selector(points, long, f"also_load_{what}_{x}")]
     if rep.height:  # the replayed curve, on either axis (it records both)
         r = rep.with_columns((pl.col(what) * 1000).alias("ms")).filter(pl.col("ms") > 0)
         layers.append(
@@ -295,14 +307,16 @@ def build(ctx: Context) -> Section:
     dup = df.group_by("series").agg(pl.col("deployment").n_unique().alias("n"))
     if (dup["n"] > 1).any():
         df = df.with_columns((pl.col("series") + " [" + pl.col("deployment") + "]").alias("series"))
-    rep, notes = replayed(ctx, df)
+    shown = top_series(df)
+    rep, notes = replayed(ctx, shown)
     o = ctx.options
     k = knees(df)
+    k_shown = k.filter(pl.col("series").is_in(shown["series"].unique().implode()))
     charts = (
-        _chart(ctx, df, rep, k, "ttft", "request_rate", o.slo_ttft)
-        + _chart(ctx, df, rep, k, "tpot", "request_rate", o.slo_tpot)
-        + _chart(ctx, df, rep, k, "ttft", "output_throughput", o.slo_ttft)
-        + _chart(ctx, df, rep, k, "tpot", "output_throughput", o.slo_tpot)
+        _chart(ctx, df, rep, k_shown, "ttft", "request_rate", o.slo_ttft)
+        + _chart(ctx, df, rep, k_shown, "tpot", "request_rate", o.slo_tpot)
+        + _chart(ctx, df, rep, k_shown, "ttft", "output_throughput", o.slo_ttft)
+        + _chart(ctx, df, rep, k_shown, "tpot", "output_throughput", o.slo_tpot)
     )
 
     def knee(v: object) -> str:
@@ -335,6 +349,7 @@ def build(ctx: Context) -> Section:
         )
     for n in notes:
         note += f" {n}."
+    note += dropped_note(df, shown, menu=True)
     s.body = charts + knee_table + f'<p class="note">{esc(note)}</p>' + extra
     s.summary = extra_summary | {
         "deployments": k.height,

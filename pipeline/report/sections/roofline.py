@@ -9,6 +9,7 @@ import polars as pl
 from pipeline.report.context import Context
 from pipeline.report.efficiency import points
 from pipeline.report.html import Section, esc
+from pipeline.report.sections.common import dropped_note, ranked, top_series, with_selector
 
 
 def ceilings(pts: pl.DataFrame) -> pl.DataFrame:
@@ -42,7 +43,7 @@ def build(ctx: Context) -> Section:
         .encode(x=x, y=y, detail="gpu:N", tooltip=["gpu:N", "intensity:Q", "tflops:Q"])
     )
     dots = (
-        alt.Chart(pts)
+        alt.Chart(ranked(pts))
         .mark_point(filled=True, size=60)
         .encode(
             x=x,
@@ -55,12 +56,14 @@ def build(ctx: Context) -> Section:
             ],
         )
     )  # fmt: skip
+    dots = with_selector(dots, ranked(pts), "also_roofline")  # beyond 20 series: a menu
     chart = alt.layer(roof, dots).properties(width=640, height=340)
     note = (
         "Grey: each GPU's ceiling, min(peak FLOP/s, intensity × peak HBM bandwidth), from the "
         "catalog. Prefill points are prompt-length octaves, decode points are batch buckets; "
         "decode far below the sloped roof means fixed per-step costs dominate."
     )
+    note += dropped_note(pts, top_series(pts), menu=True)
     if unknown:
         note += f" Not drawn (model or GPU not in the catalog): {', '.join(unknown)}."
     s.body = ctx.chart(chart, "Roofline") + f'<p class="note">{esc(note)}</p>'
