@@ -168,3 +168,23 @@ def test_series_menu_renders_beyond_twenty_series(tmp_path):
     assert 'data-charts-failed="0"' in dom and console_lines(stderr) == []
     # One menu per distribution chart (5) and on TTFT-vs-prompt and TPOT-vs-batch, as selects.
     assert dom.count("<select") == 7
+
+
+def test_over_time_menu_renders_beyond_twenty_runs(tmp_path):
+    """25 runs of one deployment: 'over time' draws 20 and offers the next 5 in one 'also show'
+    menu shared by its five panels (a top-level parameter of the stacked chart); the page
+    renders every chart with no script error and a clean console."""
+    from tests.fixtures.report_data import EPOCH
+
+    specs = [Spec(n=40, seed=k, rate=2.0, start=EPOCH + 600 * k) for k in range(25)]
+    layout = make_warehouse(tmp_path / "wh", tmp_path / "logs", specs)
+    result = build_report(layout, tmp_path / "reports")
+    html = result.path.read_text()
+    section = html.split('id="over_time"')[1].split("</section>")[0]
+    assert "5 smaller run(s) not drawn; the 'also show' menu" in section
+    dom, stderr, _ = open_in_chromium(result.path, tmp_path)
+    charts = Dom(dom).charts()
+    assert {a.get("data-rendered") for a in charts.values()} == {"ok"}
+    assert 'data-charts-failed="0"' in dom and console_lines(stderr) == []
+    over = dom.split('id="over_time"')[1].split("</section>")[0]
+    assert over.count("<select") == 1

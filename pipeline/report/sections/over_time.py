@@ -13,6 +13,10 @@ from pipeline.report.context import MAX_SERIES, Context
 from pipeline.report.html import Section, esc
 from pipeline.report.sections.common import label_expr, series_order
 
+# Runs beyond the MAX_SERIES drawn whose windows the page embeds for the 'also show' menu (each
+# run is ~40 windows x 5 panels; more would cost page size the other views need at fleet scale).
+MENU_RUNS = 20
+
 # (column, panel title with its unit)
 PANELS = (
     ("arrivals_per_s", "arrivals (req/s)"),
@@ -95,12 +99,28 @@ def build(ctx: Context) -> Section:
         return s
     df = series_frame(df)
     runs = df.group_by("series").agg(pl.col("requests").first())  # one total per run
-    keep = series_order(runs).head(MAX_SERIES)["series"]
-    shown = df.filter(pl.col("series").is_in(keep.implode()))
+    order = series_order(runs)
+    keep = order.head(MAX_SERIES)["series"]
+    embedded = order.head(MAX_SERIES + MENU_RUNS)
+    extra = embedded.filter(pl.col("rank") > MAX_SERIES)["series"].to_list()
+    shown = df.join(embedded, on="series")
+    drawn = shown.filter(pl.col("rank") <= MAX_SERIES)
     dropped = runs.height - keep.len()
     long = shown.unpivot(
-        index=["series", "t_s", "window_s"], on=[c for c, _ in PANELS], variable_name="what"
+        index=["series", "rank", "t_s", "window_s"],
+        on=[c for c, _ in PANELS],
+        variable_name="what",
     ).filter(pl.col("value").is_not_null())
+    menu = "also_over_time"
+    pick = (
+        alt.param(
+            name=menu,
+            value="(none)",
+            bind=alt.binding_select(options=["(none)", *extra], name="also show "),
+        )
+        if extra
+        else None
+    )
     x = alt.X("t_s:Q", title="time since the run's first arrival (s)")
     panels = []
     for col, title in PANELS:
@@ -118,9 +138,15 @@ def build(ctx: Context) -> Section:
             )
             .properties(width=560, height=120)
         )
-    no_wait = shown.group_by("series").agg(pl.col("waiting").is_null().all().alias("none"))
+        if pick is not None:  # the drawn runs, plus the one the menu picks
+            panels[-1] = panels[-1].transform_filter(
+                f"datum.rank <= {MAX_SERIES} || datum.series == {menu}"
+            )
+    no_wait = drawn.group_by("series").agg(pl.col("waiting").is_null().all().alias("none"))
     n_no_wait = int(no_wait["none"].sum())
     chart = alt.vconcat(*panels).resolve_scale(x="shared")
+    if pick is not None:
+        chart = chart.add_params(pick)
     s.body = (
         ctx.chart(chart, "over time")
         + listed
@@ -136,7 +162,17 @@ def build(ctx: Context) -> Section:
             if n_no_wait
             else ""
         )
-        + (f" {dropped} smaller run(s) not drawn." if dropped > 0 else "")
+        + (
+            f" {dropped} smaller run(s) not drawn"
+            + (
+                f"; the 'also show' menu under the chart draws any one of the next {len(extra)}"
+                if extra
+                else ""
+            )
+            + "."
+            if dropped > 0
+            else ""
+        )
         + "</p>"
     )
     s.summary = {
