@@ -738,6 +738,11 @@ def test_summary_only_sweep_is_drawn_with_its_knee(tmp_path):
     assert (
         "Sweeps known from the tools&#x27; summaries only" in section or "summaries only" in section
     )
+    # TTFT and, since SGLang's summaries hold ITL but no TPOT, ITL, against rate and against
+    # output throughput, each with its SLO rule.
+    for name in ("TTFT vs rate", "TTFT vs throughput", "ITL vs rate", "ITL vs throughput"):
+        assert f"{name} (tool summaries)" in section, name
+    assert "TPOT vs rate (tool summaries)" not in section
     # Over time lists the 7 summary-only runs by id (they have no time axis), not silently.
     over = r.path.read_text().split('id="over_time"')[1].split("</section>")[0]
     assert "7 run(s) are known only from their tools' summaries" in over

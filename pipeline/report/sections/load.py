@@ -216,13 +216,60 @@ def summary_knees(sw: pl.DataFrame) -> pl.DataFrame:
                 "percentile": col.removeprefix("ttft_"),
                 "base": base,
                 "knee_rate": past["request_rate"][0] if past.height else None,
+                "knee_output_throughput": (
+                    past["output_throughput"][0]
+                    if past.height and "output_throughput" in past.columns
+                    else None
+                ),
             }
         )
     return pl.DataFrame(rows)
 
 
+def _summary_chart(sw: pl.DataFrame, k: pl.DataFrame, what: str, x: str, slo: float):  # type: ignore[no-untyped-def]
+    """One summary-only sweep chart: the percentiles of ``what`` the summaries record against
+    achieved rate or output throughput, the SLO rule and each sweep's knee (by its TTFT, at its
+    run's rate or throughput). None when no run records ``what`` or the x."""
+    cols = [c for c in (f"{what}_p50", f"{what}_p90", f"{what}_p99") if c in sw.columns]
+    long = (
+        sw.filter(pl.col(x).is_not_null())
+        .unpivot(index=["series", x, "run_id"], on=cols, variable_name="stat", value_name="s")
+        .filter(pl.col("s").is_not_null())
+        .with_columns(pl.col("stat").str.replace(f"{what}_", ""), (pl.col("s") * 1000).alias("ms"))
+    )
+    if long.is_empty():
+        return None
+    unit = {"ttft": "ms", "tpot": "ms per token", "itl": "ms between tokens"}[what]
+    xt = "achieved request rate (req/s)" if x == "request_rate" else "output throughput (tok/s)"
+    color = alt.Color("series:N", title="sweep (summary file)")
+    layers = [
+        alt.Chart(long)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X(f"{x}:Q", title=xt),
+            y=alt.Y("ms:Q", title=f"{what.upper()} ({unit})", scale=alt.Scale(type="log")),
+            color=color,
+            strokeDash=alt.StrokeDash("stat:N", title="percentile"),
+            tooltip=["series:N", "run_id:N", "stat:N", f"{x}:Q", "ms:Q"],
+        ),
+        alt.Chart(pl.DataFrame({"ms": [slo * 1000]}))
+        .mark_rule(color="#d62728", strokeDash=[6, 3])
+        .encode(y="ms:Q"),
+    ]
+    knee_x = "knee_rate" if x == "request_rate" else "knee_output_throughput"
+    marked = k.filter(pl.col(knee_x).is_not_null()) if knee_x in k.columns else k.head(0)
+    if marked.height:  # the knee, as on the per-request curves (its run's x on this axis)
+        layers.append(
+            alt.Chart(marked.select("series", knee_x))
+            .mark_rule(strokeDash=[1, 2], strokeWidth=2)
+            .encode(x=f"{knee_x}:Q", color=color, tooltip=["series:N", f"{knee_x}:Q"])
+        )
+    return alt.layer(*layers).properties(width=300, height=240)
+
+
 def summary_sweeps(ctx: Context) -> tuple[str, dict]:
-    """Sweeps known only from the tools' summaries: TTFT against achieved rate, with knees.
+    """Sweeps known only from the tools' summaries: TTFT and TPOT (ITL where a summary holds no
+    TPOT, as SGLang's) against achieved rate and output throughput, with the SLOs and knees.
     Summaries carry no times, so they appear in the all-data report only."""
     if not ctx.has("run_summaries") or ctx.period.start is not None or ctx.period.end is not None:
         return "", {}
@@ -232,46 +279,22 @@ def summary_sweeps(ctx: Context) -> tuple[str, dict]:
     sw = sw.with_columns(
         pl.col("source_file").str.split("/").list.last().alias("series"),
     )
-    long = sw.unpivot(
-        index=["series", "request_rate", "run_id"],
-        on=["ttft_p50", "ttft_p90", "ttft_p99"],
-        variable_name="stat",
-        value_name="s",
-    ).filter(pl.col("s").is_not_null())
-    long = long.with_columns(
-        pl.col("stat").str.replace("ttft_", ""), (pl.col("s") * 1000).alias("ms")
-    )
-    color = alt.Color("series:N", title="sweep (summary file)")
-    lines = (
-        alt.Chart(long)
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("request_rate:Q", title="achieved request rate (req/s)"),
-            y=alt.Y("ms:Q", title="TTFT (ms)", scale=alt.Scale(type="log")),
-            color=color,
-            strokeDash=alt.StrokeDash("stat:N", title="percentile"),
-            tooltip=["series:N", "run_id:N", "stat:N", "request_rate:Q", "ms:Q"],
-        )
-    )
     k = summary_knees(sw)
-    slo = ctx.options.slo_ttft
-    layers = [
-        lines,
-        alt.Chart(pl.DataFrame({"ms": [slo * 1000]}))
-        .mark_rule(color="#d62728", strokeDash=[6, 3])
-        .encode(y="ms:Q"),
-    ]
-    marked = k.filter(pl.col("knee_rate").is_not_null())
-    if marked.height:  # the knee, as on the per-request curves
-        layers.append(
-            alt.Chart(marked.select("series", "knee_rate"))
-            .mark_rule(strokeDash=[1, 2], strokeWidth=2)
-            .encode(x="knee_rate:Q", color=color, tooltip=["series:N", "knee_rate:Q"])
+    o = ctx.options
+    charts = {
+        f"{what.upper()} vs {'rate' if x == 'request_rate' else 'throughput'}": _summary_chart(
+            sw, k, what, x, slo
         )
-    chart = alt.layer(*layers).properties(width=520, height=240)
+        for what, slo in (("ttft", o.slo_ttft), ("tpot", o.slo_tpot), ("itl", o.slo_tpot))
+        for x in ("request_rate", "output_throughput")
+    }
+    if charts["TPOT vs rate"] is not None:  # ITL only where the summaries hold no TPOT
+        charts["ITL vs rate"] = charts["ITL vs throughput"] = None
     html = (
         "<h3>Sweeps known from the tools' summaries only</h3>"
-        + ctx.chart(chart, "TTFT vs rate (tool summaries)")
+        + "".join(
+            ctx.chart(c, f"{name} (tool summaries)") for name, c in charts.items() if c is not None
+        )
         + table(
             k,
             [
