@@ -76,7 +76,7 @@ def _ols_slope(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     return b, b - q * se, b + q * se
 
 
-def load_requests(con: Any, limit: int = MAX_ROWS) -> pl.DataFrame:
+def load_claim_requests(con: Any, limit: int = MAX_ROWS) -> pl.DataFrame:
     """Successful requests with the columns the checks need (earliest ``limit`` per warehouse).
 
     ``con``: an :class:`~pipeline.engines.Engine` or a DuckDB connection of ``connect``.
@@ -322,7 +322,7 @@ CHECKS: tuple[Callable[[pl.DataFrame], dict[str, Any]], ...] = (
 
 def check_claims(con: Any, limit: int = MAX_ROWS) -> pl.DataFrame:
     """Run every claim check on the warehouse behind ``con``; one row per claim."""
-    df = _with_load(load_requests(con, limit))
+    df = _with_load(load_claim_requests(con, limit))
     rows = [check(df) for check in CHECKS]
     return pl.DataFrame(
         rows,

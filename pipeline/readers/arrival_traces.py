@@ -21,7 +21,7 @@ import polars as pl
 
 from pipeline.readers.base import Capabilities, InputError, ReadContext, ReaderOutput
 from pipeline.readers.columns import bad_count, num, num_list, parse_datetime_utc
-from pipeline.readers.frames import ARRIVALS_SCHEMA, conform, file_quarantine, split_valid
+from pipeline.readers.frames import ARRIVALS_SCHEMA, cast_to_schema, file_quarantine, split_valid
 from pipeline.readers.lines import iter_line_batches, parse_ndjson
 from pipeline.readers.sniff import csv_header, first_line
 from pipeline.readers.units import UNIT_SECONDS
@@ -63,7 +63,7 @@ def arrivals_frame(reader: str, ctx: ReadContext, df: pl.DataFrame) -> pl.DataFr
         pl.lit(reader).alias("source_format"),
         pl.lit(str(ctx.path)).alias("source_file"),
     )
-    return conform(df, ARRIVALS_SCHEMA)
+    return cast_to_schema(df, ARRIVALS_SCHEMA)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ ARRIVALS_SCHEMA = _table_schema("arrivals")
 SUMMARIES_SCHEMA = _table_schema("run_summaries")
 
 
-def conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+def cast_to_schema(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     """Select ``schema``'s columns in order, cast leniently, nulls for the missing ones."""
     if df.height == 0:
         return pl.DataFrame(schema=schema)

@@ -165,7 +165,7 @@ def points(ctx: Context) -> tuple[pl.DataFrame, list[str]]:
     return pl.DataFrame(rows, schema=SCHEMA), sorted(unknown)
 
 
-def summary(pts: pl.DataFrame) -> pl.DataFrame:
+def per_deployment(pts: pl.DataFrame) -> pl.DataFrame:
     """Per deployment and phase: time-weighted MFU and MBU (total FLOPs or bytes over total time)
     over the buckets in the phase's own regime, and the best bucket's.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipeline.report.context import Context
-from pipeline.report.efficiency import points, summary
+from pipeline.report.efficiency import per_deployment, points
 from pipeline.report.html import Col, Section, esc, num, pct, table
 
 
@@ -67,7 +67,7 @@ def build(ctx: Context) -> Section:
             "knows."
         )
         return s
-    df = summary(pts)
+    df = per_deployment(pts)
     df = df.with_columns(
         pl.Series("fit_mfu_text", _fitted_text(df, "mfu")),
         pl.Series("fit_mbu_text", _fitted_text(df, "mbu")),
