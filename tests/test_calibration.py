@@ -294,7 +294,7 @@ def test_intervals_hold_a_known_truth() -> None:
     on an H100 at 8 req/s, vLLM V1), so the truth replays it exactly. The search stops short of
     it (MBU 0.83 for 0.75, per-step overhead 5.7 ms for 4 ms); the Jacobian's intervals were
     +-0.02 % and held none of the five true values. The jackknife's hold four on this seed
-    (11 of 15 over three logs, docs/calibration.md): the step overhead's bias is the search's,
+    (13 of 15 over three logs, docs/calibration.md): the step overhead's bias is the search's,
     which no resampling sees, so it is asserted outside, not hidden."""
     from pipeline.fit.calibrate import simulate_run
 

@@ -465,7 +465,7 @@ def calibrate(
     else:
         kv_status = "fitted"
     if intervals:
-        folds = _jackknife(runs, dep, best, res, peak, max_evals)
+        folds = _jackknife(runs, dep, best, peak, max_evals)
         ci, status = _widen(res, folds, ci, status)
     return Calibration(
         deployment=dep,
@@ -577,7 +577,7 @@ def _fit(
     differences stall where the simplex still finds its way. A coarse pass (simplex 30 % of each
     parameter's typical size, at most WINDOW requests per run) is refined on every request
     (simplex 10 %); the Jacobian of the residuals at the optimum (central differences, 2 %)
-    gives the intervals."""
+    gives the Jacobian intervals (:func:`calibrate` widens them by :func:`_jackknife`'s)."""
     kv_fixed = all(r.kv_tokens for r in runs)
     peak = _kv_reference(runs, dep, scheduler) if peak is None else peak
     longest = _longest(runs)
@@ -713,23 +713,30 @@ FOLDS = 5  # jackknife blocks: each run's scored requests in five contiguous str
 
 
 def _jackknife(
-    runs: list[Run], dep: Deployment, scheduler: str, res: Any, peak: float, max_evals: int
+    runs: list[Run], dep: Deployment, scheduler: str, peak: float, max_evals: int
 ) -> F64:
     """Refits with one block of requests left unscored, shape (FOLDS, len(PARAMS)).
 
     Why: the Jacobian's intervals treat every request's error as independent, but requests that
     shared a queue share their errors, and the rugged cost has valleys a 2 % difference cannot
     see; on a synthetic log whose true parameters replay it exactly they were +-0.02 % around
-    values 0.7-34 % off the truth. Dropping a block of time (every run's k-th fifth of its
-    scored requests; they stay in the replay as load) and refitting from the optimum measures
-    how far the data moves the answer: the delete-a-group jackknife (Efron & Tibshirani, *An
-    Introduction to the Bootstrap*, ch. 11). A block is minutes of serving, far longer than a
-    queue's busy period, so blocks are close to independent."""
+    values up to 43 % off the truth. Dropping a block of time (every run's k-th fifth of its
+    scored requests; they stay in the replay as load) and refitting from both starts on half
+    the budget measures how far the data (and the search) move the answer: the delete-a-group
+    jackknife (Efron & Tibshirani, *An Introduction to the Bootstrap*, ch. 11). A block is
+    minutes of serving, far longer than a queue's busy period, so blocks are close to
+    independent. The blocks are cut separately inside and after the coarse pass's window (a
+    run's first WINDOW requests), so every fold's coarse pass still scores four fifths of it
+    (one contiguous fifth of a 10,000-request run left the window with nothing to score)."""
     out = np.empty((FOLDS, len(PARAMS)))
     for k in range(FOLDS):
         folded = []
         for r in runs:
-            idx = np.array_split(np.flatnonzero(r.scored), FOLDS)[k]
+            scored = np.flatnonzero(r.scored)
+            head, tail = scored[scored < WINDOW], scored[scored >= WINDOW]
+            idx = np.concatenate(
+                [np.array_split(head, FOLDS)[k], np.array_split(tail, FOLDS)[k]]
+            ).astype(np.int64)
             keep = r.scored.copy()
             keep[idx] = False
             folded.append(replace(r, scored=keep) if keep.any() else r)
