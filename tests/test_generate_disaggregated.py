@@ -75,3 +75,34 @@ def test_consistency_fit_replays_a_generated_disaggregated_trace_under_its_truth
     ttft, e2e = simulate_run(v, dep, "distserve", r, kv, int((r.prompt + r.output).max()))
     np.testing.assert_allclose(ttft, r.ttft, atol=3e-6)
     np.testing.assert_allclose(e2e, r.e2e, atol=3e-6)
+
+
+def test_truth_describes_the_instances_and_bad_flags_are_usage_errors(tmp_path) -> None:
+    """The truth file holds what was simulated (both instances' TP, replicas, config and cost;
+    the GPUs they add up to), a model too big for one GPU needs no --gpu-count when the
+    instances hold it, and flags that do not go together end in a usage error (exit 2), not a
+    traceback."""
+    from click.testing import CliRunner
+
+    from pipeline.cli import main
+
+    _, truth = _trace(tmp_path)
+    inst = truth["instances"]
+    assert truth["gpu_count"] == 3 and (inst["prefill"]["tp"], inst["decode"]["tp"]) == (2, 1)
+    assert inst["decode"]["config"]["max_num_seqs"] == 64  # KEYS' decode_max_num_seqs
+    assert inst["prefill"]["config"]["chunked_prefill"] is False
+    assert inst["prefill"]["cost"]["tp"] == 2 and inst["decode"]["cost"]["tp"] == 1
+    tp4 = {"prefill_tp": 4, "decode_tp": 4}
+    big = GenerateSpec(
+        model="facebook/opt-66b", gpu="A100-80GB", requests=50, seed=1, disaggregation=tp4,
+        token_times=False,
+    )  # fmt: skip
+    assert generate(big, tmp_path / "big.jsonl")["gpu_count"] == 8
+    keys = tmp_path / "d.toml"
+    keys.write_text("[disaggregation]\nprefill_tp = 2\ndecode_tp = 1\n")
+    for extra in (["--replicas", "2"], ["--batching", "static"], ["--max-seq-len", "4096"]):
+        args = ["generate", "--out", str(tmp_path / "x.jsonl"), "-n", "20", "--model",
+                "facebook/opt-13b", "--gpu", "A100-80GB", "--disaggregation", str(keys),
+                *extra]  # fmt: skip
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 2 and "Traceback" not in res.output, (extra, res.output)

@@ -189,31 +189,31 @@ def command(
         for k, v in (("mfu", mfu), ("mbu", mbu), ("step_overhead", step_overhead))
         if v is not None
     }
-    spec = GenerateSpec(
-        gpu=gpu,
-        model=model,
-        gpu_count=gpu_count,
-        requests=requests,
-        rate=rate,
-        arrivals=arrivals,
-        seed=seed,
-        attention=attention,
-        max_num_seqs=max_num_seqs,
-        max_batched_tokens=max_batched_tokens,
-        chunked_prefill=chunked_prefill,
-        weight_dtype=weight_dtype,
-        kv_dtype=kv_dtype,
-        start=_start(start),
-        token_times=not no_token_times,
-        replicas=replicas,
-        routing=routing,
-        batching=batching,
-        max_seq_len=max_seq_len,
-        disaggregation=_disaggregation(disaggregation_file),
-        efficiencies=pinned,
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    try:  # a spec the generator refuses (flags that do not go together) is a usage error
+        spec = GenerateSpec(
+            gpu=gpu,
+            model=model,
+            gpu_count=gpu_count,
+            requests=requests,
+            rate=rate,
+            arrivals=arrivals,
+            seed=seed,
+            attention=attention,
+            max_num_seqs=max_num_seqs,
+            max_batched_tokens=max_batched_tokens,
+            chunked_prefill=chunked_prefill,
+            weight_dtype=weight_dtype,
+            kv_dtype=kv_dtype,
+            start=_start(start),
+            token_times=not no_token_times,
+            replicas=replicas,
+            routing=routing,
+            batching=batching,
+            max_seq_len=max_seq_len,
+            disaggregation=_disaggregation(disaggregation_file),
+            efficiencies=pinned,
+        )
+        out.parent.mkdir(parents=True, exist_ok=True)
         truth = generate(spec, out)
     except (UnknownName, ValueError) as exc:
         raise UserError(str(exc)) from exc

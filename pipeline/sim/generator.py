@@ -78,6 +78,8 @@ class GenerateSpec:
     def __post_init__(self) -> None:
         if self.batching not in BATCHING:
             raise ValueError(f"batching must be one of {BATCHING}, got {self.batching!r}")
+        if self.max_seq_len is not None and self.batching != "static":
+            raise ValueError("max_seq_len (--max-seq-len) applies to static batching only")
         if self.disaggregation is not None and (self.batching != "continuous" or self.replicas > 1):
             raise ValueError(
                 "disaggregation takes its replicas from [disaggregation] prefill_replicas / "
@@ -209,17 +211,22 @@ def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
         np.random.default_rng(s) for s in np.random.SeedSequence(spec.seed).spawn(3)
     )
     eff = draw_efficiencies(truth_rng, spec.efficiencies)
+    # A disaggregated deployment's single-server objects below are its decode instance's (the
+    # length limits and the truth file's cost and config); its GPUs are the instances' sum.
+    tp = spec.gpu_count
+    if spec.disaggregation is not None:
+        tp = int(spec.disaggregation.get("decode_tp", spec.gpu_count))
     cost = StepCost(
         model,
         gpu,
-        tp=spec.gpu_count,
+        tp=tp,
         weight_dtype=spec.weight_dtype,
         kv_dtype=spec.kv_dtype,
         flash_attention=spec.attention != "eager",
         **eff,
     )
     kv_tokens = kv_capacity_tokens(
-        model, gpu, tp=spec.gpu_count, weight_dtype=spec.weight_dtype, kv_dtype=spec.kv_dtype
+        model, gpu, tp=tp, weight_dtype=spec.weight_dtype, kv_dtype=spec.kv_dtype
     )
     if spec.max_batched_tokens is not None:
         mbt = spec.max_batched_tokens
@@ -309,9 +316,21 @@ def generate(spec: GenerateSpec, out: Path) -> dict[str, Any]:
     )
     finished = time.perf_counter()
     first = pool.first_token if pool else results[0].first_token
+    instances = None
+    if disagg is not None:
+        config = dis_setup.decode_config
+        instances = {
+            name: {"tp": t, "replicas": n, "config": asdict(c), "cost": k.params()}
+            for name, t, n, c, k in (
+                ("prefill", dis_setup.ptp, dis_setup.prefill_replicas, dis_setup.prefill_config,
+                 dis_setup.prefill_cost),
+                ("decode", dis_setup.dtp, dis_setup.decode_replicas, dis_setup.decode_config,
+                 dis_setup.decode_cost),
+            )
+        }  # fmt: skip
     truth = _truth(
         spec, model, gpu, cost, config, workload, capacity, results, first - arrival,
-        static_batch, reserve,
+        static_batch, reserve, instances,
     )  # fmt: skip
     Path(f"{out}.truth.json").write_text(json.dumps(truth, indent=2) + "\n", encoding="utf-8")
     # Timings vary run to run, so they are returned but kept out of the (reproducible) truth file.
@@ -335,6 +354,7 @@ def _truth(
     ttft: np.ndarray,
     static: int | None = None,
     reserve: int = 0,
+    instances: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     makespan = max(float(np.nanmax(r.finish)) for r in results if r.n_requests)
     return {
@@ -345,7 +365,9 @@ def _truth(
         "model": model.name,
         "model_id": model.hf_id,
         "attention_kind": model.attention_kind,
-        "gpu_count": spec.gpu_count,
+        "gpu_count": sum(v["tp"] * v["replicas"] for v in instances.values())
+        if instances
+        else spec.gpu_count,
         "attention": spec.attention,
         "cost": cost.params(),
         "config": asdict(config),
@@ -356,7 +378,11 @@ def _truth(
             if static
             else {}
         ),
-        **({"disaggregation": spec.disaggregation} if spec.disaggregation else {}),
+        **(
+            {"disaggregation": spec.disaggregation, "instances": instances}
+            if spec.disaggregation
+            else {}
+        ),
         "arrival_process": workload.describe(),
         "estimated_capacity_rps": round(capacity, 3),
         "critical_batch": round(critical_batch(gpu, spec.weight_dtype), 1),
