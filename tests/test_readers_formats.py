@@ -637,3 +637,20 @@ def test_mapping_to_arrivals(tmp_path: Path) -> None:
     m.write_text('target = "arrivals"\nformat = "csv"\n[fields]\narrival_ts = "t"\n')
     with pytest.raises(MappingError, match="must map prompt_tokens, output_tokens"):
         reader_for_mapping(m)
+
+
+def test_mapping_to_arrivals_input_columns_cannot_shadow_internal_ones(tmp_path: Path) -> None:
+    """Input columns named like the reader's working columns (h, t, p, o) are read as mapped: a
+    hash list that is not one is quarantined, not ingested as null."""
+    m = tmp_path / "m.toml"
+    m.write_text('target = "arrivals"\nformat = "jsonl"\n[time]\nunit = "ms"\n[fields]\n'
+                 'arrival_ts = "t"\nprompt_tokens = "p"\noutput_tokens = "o"\n'
+                 'prefix_hash_ids = "h"\n')  # fmt: skip
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"t": 0, "p": 5, "o": 2, "h": [1, 2]}\n{"t": 9, "p": 5, "o": 2, "h": [3]}\n'
+                    '{"t": 20, "p": 5, "o": 2, "h": "oops"}\n')  # fmt: skip
+    (batch,) = list(reader_for_mapping(m).read(ReadContext(data, "d")))
+    assert batch.arrivals["t_arrival"].to_list() == pytest.approx([0.0, 0.009], abs=1e-15)
+    assert batch.arrivals["prefix_hash_ids"].to_list() == [[1, 2], [3]]
+    assert batch.quarantine["line"].to_list() == [3]
+    assert batch.quarantine["reason"].to_list() == ["h is not a list of integers"]

@@ -168,7 +168,7 @@ class ArrivalMappingReader:
         for nums, texts in iter_line_batches(ctx, skip_header=m.format == "csv"):
             yield self._convert(m, ctx, nums, texts, header, clock)
 
-    def _convert(
+    def _convert(  # internal columns start with "_" so that no input column can shadow them
         self,
         m: ArrivalMapping,
         ctx: ReadContext,
@@ -187,54 +187,56 @@ class ArrivalMappingReader:
             df, q0 = parse_ndjson(nums, texts, sorted(set(f.values())))
         t_col = pl.col(f["arrival_ts"])
         cols = [
-            num(pl.col(f["prompt_tokens"])).alias("p"),
-            num(pl.col(f["output_tokens"])).alias("o"),
+            num(pl.col(f["prompt_tokens"])).alias("_p"),
+            num(pl.col(f["output_tokens"])).alias("_o"),
         ]
         if m.clock == "datetime":
-            cols.append(parse_datetime_utc(t_col).alias("arrival_at"))
+            cols.append(parse_datetime_utc(t_col).alias("_arrival_at"))
         else:
-            cols.append((num(t_col) * UNIT_SECONDS[m.unit]).alias("t"))
+            cols.append((num(t_col) * UNIT_SECONDS[m.unit]).alias("_t"))
         if "request_id" in f:
-            cols.append(pl.col(f["request_id"]).str.strip_chars().alias("rid"))
-            checks.append((pl.col("rid").fill_null("") == "", f"{f['request_id']} is empty"))
+            cols.append(pl.col(f["request_id"]).str.strip_chars().alias("_rid"))
+            checks.append((pl.col("_rid").fill_null("") == "", f"{f['request_id']} is empty"))
         if "prefix_hash_ids" in f:
-            cols.append(num_list(pl.col(f["prefix_hash_ids"]), int_only=True).alias("h"))
+            cols.append(num_list(pl.col(f["prefix_hash_ids"]), int_only=True).alias("_h"))
         df = df.with_columns(cols)
         if m.clock == "datetime":
-            checks.append((pl.col("arrival_at").is_null(), f"{f['arrival_ts']} is not a date-time"))
+            checks.append(
+                (pl.col("_arrival_at").is_null(), f"{f['arrival_ts']} is not a date-time")
+            )
         else:
             checks.append(
                 (
-                    pl.col("t").is_null() | ~pl.col("t").is_finite(),
+                    pl.col("_t").is_null() | ~pl.col("_t").is_finite(),
                     f"{f['arrival_ts']} is not a number",
                 )
             )
         checks += [
-            (bad_count(pl.col("p")), f"{f['prompt_tokens']} is not a whole number >= 0"),
-            (bad_count(pl.col("o")), f"{f['output_tokens']} is not a whole number >= 0"),
+            (bad_count(pl.col("_p")), f"{f['prompt_tokens']} is not a whole number >= 0"),
+            (bad_count(pl.col("_o")), f"{f['output_tokens']} is not a whole number >= 0"),
         ]
         if "prefix_hash_ids" in f:
             checks.append(
                 (
-                    pl.col(f["prefix_hash_ids"]).is_not_null() & pl.col("h").is_null(),
+                    pl.col(f["prefix_hash_ids"]).is_not_null() & pl.col("_h").is_null(),
                     f"{f['prefix_hash_ids']} is not a list of integers",
                 )
             )
         good, q = split_valid(df, checks)
         if m.clock == "datetime":
             good = good.with_columns(
-                (pl.col("arrival_at").dt.epoch("us").cast(pl.Float64) / 1e6).alias("t")
+                (pl.col("_arrival_at").dt.epoch("us").cast(pl.Float64) / 1e6).alias("_t")
             )
-        out = good.with_columns(clock.rebase(good["t"]).alias("t_arrival")).select(
-            (pl.col("rid") if "request_id" in f else (pl.col("_line") - 1).cast(pl.Utf8)).alias(
+        out = good.with_columns(clock.rebase(good["_t"]).alias("t_arrival")).select(
+            (pl.col("_rid") if "request_id" in f else (pl.col("_line") - 1).cast(pl.Utf8)).alias(
                 "request_id"
             ),
             pl.col("_line").alias("source_line"),
             "t_arrival",
-            *(["arrival_at"] if m.clock == "datetime" else []),
-            pl.col("p").cast(pl.Int64, strict=False).alias("prompt_tokens"),
-            pl.col("o").cast(pl.Int64, strict=False).alias("output_tokens"),
-            *([pl.col("h").alias("prefix_hash_ids")] if "prefix_hash_ids" in f else []),
+            *([pl.col("_arrival_at").alias("arrival_at")] if m.clock == "datetime" else []),
+            pl.col("_p").cast(pl.Int64, strict=False).alias("prompt_tokens"),
+            pl.col("_o").cast(pl.Int64, strict=False).alias("output_tokens"),
+            *([pl.col("_h").alias("prefix_hash_ids")] if "prefix_hash_ids" in f else []),
         )
         quarantine = pl.concat([q0, q]) if q0 is not None and q0.height else q
         return ReaderOutput(

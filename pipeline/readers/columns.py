@@ -17,13 +17,6 @@ def num(expr: pl.Expr) -> pl.Expr:
     return expr.cast(pl.Utf8).str.strip_chars().cast(pl.Float64, strict=False)
 
 
-def intval(expr: pl.Expr) -> pl.Expr:
-    """A whole number as Int64 (null for fractions, text, bools)."""
-    f = num(expr)
-    ok = f.is_finite() & (f == f.floor()) & (f.abs() <= MAX_COUNT)
-    return pl.when(ok).then(f).otherwise(None).cast(pl.Int64, strict=False)
-
-
 def jpath(col: str, path: str) -> pl.Expr:
     """Value at a JSON path inside a text column (``$.a.b``), as text (JSON text if nested)."""
     return pl.col(col).str.json_path_match(path)

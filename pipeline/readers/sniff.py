@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 
@@ -20,10 +19,6 @@ def has_suffix(path: Path, *suffixes: str) -> bool:
         if name.endswith(ext):
             name = name[: -len(ext)]
     return name.endswith(suffixes)
-
-
-def json_keys_re(*keys: str) -> re.Pattern[str]:
-    return re.compile("|".join(re.escape(f'"{k}"') for k in keys))
 
 
 def csv_header(head: bytes) -> list[str]:

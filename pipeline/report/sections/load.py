@@ -30,7 +30,7 @@ from pipeline.report.sections.common import (
 
 KNEE_FACTOR = 2.0
 REPLAY_SCALES = 8  # rates on the replayed curve
-REPLAY_BEYOND = 1.5  # ... up to this multiple of the highest observed rate
+REPLAY_BEYOND = 1.5  # ... up to this multiple of the replayed run's offered rate
 MAX_REPLAY_REQUESTS = 3000  # per replayed point: the report stays a report, not a benchmark
 
 
@@ -110,7 +110,7 @@ def replayed(ctx: Context, df: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         longest = int((prompt + output).max())
         span = float(t[-1]) if t[-1] > 0 else 1.0
         base_rate = (len(t) - 1) / span  # the top run's offered rate (its requests replayed)
-        # Offered rates up to REPLAY_BEYOND x the highest observed *offered* rate: a saturated
+        # Offered rates up to REPLAY_BEYOND x the replayed run's *offered* rate: a saturated
         # top run achieves less than it was offered (DistServe's 4 req/s run: 2.48 req/s), and
         # scaling the achieved rate left every replay offered less than the real run was.
         lo = float(g["request_rate"].min())
@@ -281,15 +281,20 @@ def summary_sweeps(ctx: Context) -> tuple[str, dict]:
     )
     k = summary_knees(sw)
     o = ctx.options
+    # ITL for the sweeps whose summaries hold no TPOT (SGLang's), per sweep: a vLLM sweep beside
+    # an SGLang one keeps both their per-token charts.
+    with_tpot = sw.group_by("series").agg(
+        pl.any_horizontal(pl.col("tpot_p50", "tpot_p99").is_not_null()).any().alias("has")
+    )
+    no_tpot = with_tpot.filter(~pl.col("has"))["series"].implode()
+    frames = {"ttft": sw, "tpot": sw, "itl": sw.filter(pl.col("series").is_in(no_tpot))}
     charts = {
         f"{what.upper()} vs {'rate' if x == 'request_rate' else 'throughput'}": _summary_chart(
-            sw, k, what, x, slo
+            frames[what], k, what, x, slo
         )
         for what, slo in (("ttft", o.slo_ttft), ("tpot", o.slo_tpot), ("itl", o.slo_tpot))
         for x in ("request_rate", "output_throughput")
     }
-    if charts["TPOT vs rate"] is not None:  # ITL only where the summaries hold no TPOT
-        charts["ITL vs rate"] = charts["ITL vs throughput"] = None
     html = (
         "<h3>Sweeps known from the tools' summaries only</h3>"
         + "".join(
@@ -365,7 +370,7 @@ def build(ctx: Context) -> Section:
     if rep.height:
         note += (
             " Dotted: the calibrated model replaying the highest-rate run's requests at other "
-            f"offered rates up to {REPLAY_BEYOND:g}x the highest offered in the runs, drawn at "
+            f"offered rates up to {REPLAY_BEYOND:g}x that run's offered rate, drawn at "
             "the rate and output throughput it achieves (past capacity they stop growing while "
             "latency does); the knee's rule sits at its run's rate or throughput; a "
             "prediction, whose measured error is in 'The model on trial'."
