@@ -20,16 +20,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import machine
-from pipeline.fit.calibrate import Deployment, Run, calibrate, simulate_run
+from pipeline.fit.calibrate import Deployment, Run, calibrate
 from pipeline.fit.calibration_store import load_deployments
 from pipeline.ingest.run import IngestOptions, ingest_paths
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.views import connect
+from tests.fixtures.calibration_data import synthetic_log
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO.parent / "shared" / "real_traces" / "serving_runs"
@@ -56,20 +55,8 @@ def real_cases() -> list[tuple[str, Deployment, list[Run]]]:
 
 
 def synthetic(n: int, rate: float = 8.0, seed: int = 0) -> tuple[str, Deployment, list[Run]]:
-    rng = np.random.default_rng(seed)
-    arr = np.cumsum(rng.exponential(1 / rate, n))
-    p = np.clip(np.rint(np.exp(rng.normal(np.log(700), 0.9, n))), 8, 8000).astype(np.int64)
-    o = np.clip(np.rint(np.exp(rng.normal(np.log(200), 0.9, n))), 2, 4096).astype(np.int64)
-    dep = Deployment("llama-3.1-8b", "H100-SXM", engine="vllm", engine_version="0.19.0")
-    truth = {"mfu": 0.55, "mbu": 0.75, "overlap": 0.6, "step_overhead_s": 4e-3,
-             "seq_overhead_s": 1e-4}  # fmt: skip
-    base = Run("synthetic", arr - arr[0], p, o, np.zeros(n), np.zeros(n), kv_tokens=400_000)
-    ttft, e2e = simulate_run(truth, dep, "vllm-v1", base, 400_000, int((p + o).max()))
-    return (
-        f"synthetic vLLM V1 ({n:,} req)",
-        dep,
-        [Run("synthetic", base.arrival, p, o, ttft, e2e, kv_tokens=400_000)],
-    )
+    dep, runs = synthetic_log(n, rate, seed)
+    return f"synthetic vLLM V1 ({n:,} req)", dep, runs
 
 
 def timed(fn) -> tuple[float, float]:

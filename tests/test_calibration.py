@@ -296,19 +296,10 @@ def test_intervals_hold_a_known_truth() -> None:
     +-0.02 % and held none of the five true values. The jackknife's hold four on this seed
     (13 of 15 over three logs, docs/calibration.md): the step overhead's bias is the search's,
     which no resampling sees, so it is asserted outside, not hidden."""
-    from pipeline.fit.calibrate import simulate_run
+    from tests.fixtures.calibration_data import TRUTH as truth
+    from tests.fixtures.calibration_data import synthetic_log
 
-    rng = np.random.default_rng(1)
-    n = 3000
-    arr = np.cumsum(rng.exponential(1 / 8.0, n))
-    p = np.clip(np.rint(np.exp(rng.normal(np.log(700), 0.9, n))), 8, 8000).astype(np.int64)
-    o = np.clip(np.rint(np.exp(rng.normal(np.log(200), 0.9, n))), 2, 4096).astype(np.int64)
-    dep = Deployment("llama-3.1-8b", "H100-SXM", engine="vllm", engine_version="0.19.0")
-    truth = {"mfu": 0.55, "mbu": 0.75, "overlap": 0.6, "step_overhead_s": 4e-3,
-             "seq_overhead_s": 1e-4}  # fmt: skip
-    base = Run("synthetic", arr - arr[0], p, o, np.zeros(n), np.zeros(n), kv_tokens=400_000)
-    ttft, e2e = simulate_run(truth, dep, "vllm-v1", base, 400_000, int((p + o).max()))
-    runs = [Run("synthetic", base.arrival, p, o, ttft, e2e, kv_tokens=400_000)]
+    dep, runs = synthetic_log(3000, seed=1)
     inside = {
         k: cal.ci[k][0] <= v <= cal.ci[k][1]
         for cal in [calibrate(runs, dep)]

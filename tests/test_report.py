@@ -516,6 +516,17 @@ def _calibrate_8b(layout: Layout) -> dict:
     return dep
 
 
+def _spec_dicts(o):  # type: ignore[no-untyped-def]
+    """Every object of nested chart specs, depth first (marks, encodings, layers ...)."""
+    if isinstance(o, dict):
+        yield o
+        for v in o.values():
+            yield from _spec_dicts(v)
+    elif isinstance(o, list):
+        for v in o:
+            yield from _spec_dicts(v)
+
+
 def test_load_curve_replays_a_calibrated_deployment(tmp_path):
     specs = [Spec(n=200, seed=s, rate=r, start=EPOCH + 3600 * s) for s, r in ((1, 1.0), (2, 3.0))]
     layout = make_warehouse(tmp_path / "wh", tmp_path / "logs", specs)
@@ -528,20 +539,11 @@ def test_load_curve_replays_a_calibrated_deployment(tmp_path):
     # The replayed curve is drawn on the rate and on the throughput axes, TTFT and TPOT (4).
     m = re.search(r'<script type="application/json" id="report-specs">(.*?)</script>', html, re.S)
     assert m
-    dotted: list[str] = []
-
-    def walk(o):
-        if isinstance(o, dict):
-            mark = o.get("mark")
-            if isinstance(mark, dict) and mark.get("strokeDash") == [2, 2]:
-                dotted.append(o["encoding"]["x"]["field"])
-            for v in o.values():
-                walk(v)
-        elif isinstance(o, list):
-            for v in o:
-                walk(v)
-
-    walk(json.loads(m.group(1)))
+    dotted = [
+        d["encoding"]["x"]["field"]
+        for d in _spec_dicts(json.loads(m.group(1)))
+        if isinstance(d.get("mark"), dict) and d["mark"].get("strokeDash") == [2, 2]
+    ]
     assert sorted(dotted) == ["output_throughput"] * 2 + ["request_rate"] * 2
 
 
@@ -761,24 +763,12 @@ def test_every_titled_quantitative_axis_names_its_unit(page):
     m = re.search(r'<script type="application/json" id="report-specs">(.*?)</script>', html, re.S)
     assert m
     titles: set[str] = set()
-
-    def walk(o):
-        if isinstance(o, dict):
-            for ch in ("x", "y"):
-                e = (
-                    (o.get("encoding") or {}).get(ch)
-                    if isinstance(o.get("encoding"), dict)
-                    else None
-                )
-                if isinstance(e, dict) and e.get("type") == "quantitative" and e.get("title"):
-                    titles.add(e["title"])
-            for v in o.values():
-                walk(v)
-        elif isinstance(o, list):
-            for v in o:
-                walk(v)
-
-    walk(json.loads(m.group(1)))
+    for d in _spec_dicts(json.loads(m.group(1))):
+        enc = d.get("encoding")
+        for ch in ("x", "y"):
+            e = enc.get(ch) if isinstance(enc, dict) else None
+            if isinstance(e, dict) and e.get("type") == "quantitative" and e.get("title"):
+                titles.add(e["title"])
     assert len(titles) >= 10  # the page's charts were found
     missing = sorted(t for t in titles if "(" not in t and "/" not in t)
     assert not missing, missing

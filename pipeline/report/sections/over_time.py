@@ -61,40 +61,31 @@ def _summary_only(ctx: Context) -> list[str]:
     return [str(r) for r in ctx._frame(ctx.con.arrow(sql))["run_id"].to_list()]
 
 
+_UNCLOCKED = "have no arrival times in their logs and no time axis"
+_SUMMARY_ONLY = "are known only from their tools' summaries (no per-request rows, no time axis)"
+
+
+def _not_drawn(ids: list[str], why: str, quote=str) -> str:  # type: ignore[no-untyped-def]
+    """'N run(s) <why>, so they are not drawn: a, b and K more.' (the first 20 by id; ``quote``
+    escapes the ids where the sentence goes into HTML as is)."""
+    more = f" and {len(ids) - 20} more" if len(ids) > 20 else ""
+    return f"{len(ids)} run(s) {why}, so they are not drawn: {quote(', '.join(ids[:20]))}{more}."
+
+
 def build(ctx: Context) -> Section:
     s = Section("over_time", "Over time: load, queue, throughput and TTFT")
     df = ctx.query("report_over_time")
     unclocked = _unclocked(ctx)
     summarised = _summary_only(ctx)
     listed_summaries = (
-        f'<p class="note">{len(summarised)} run(s) are known only from their tools\' summaries '
-        f"(no per-request rows, no time axis), so they are not drawn: "
-        f"{esc(', '.join(summarised[:20]))}"
-        + (f" and {len(summarised) - 20} more" if len(summarised) > 20 else "")
-        + ".</p>"
-        if summarised
-        else ""
+        f'<p class="note">{_not_drawn(summarised, _SUMMARY_ONLY, esc)}</p>' if summarised else ""
     )
-    listed = (
-        f'<p class="note">{len(unclocked)} run(s) have no arrival times in their logs and no '
-        f"time axis, so they are not drawn: {esc(', '.join(unclocked[:20]))}"
-        + (f" and {len(unclocked) - 20} more" if len(unclocked) > 20 else "")
-        + ".</p>"
-        if unclocked
-        else ""
-    )
+    listed = f'<p class="note">{_not_drawn(unclocked, _UNCLOCKED, esc)}</p>' if unclocked else ""
     if df is None or df.is_empty():
         s.absent = (
             "No run with arrival times: nothing to draw over time."
             + (f" {len(unclocked)} run(s) have no arrival times." if unclocked else "")
-            + (
-                f" {len(summarised)} run(s) are known only from their tools' summaries: "
-                + ", ".join(summarised[:20])
-                + (f" and {len(summarised) - 20} more" if len(summarised) > 20 else "")
-                + "."
-                if summarised
-                else ""
-            )
+            + (" " + _not_drawn(summarised, _SUMMARY_ONLY) if summarised else "")
         )
         return s
     df = series_frame(df)
