@@ -1,21 +1,28 @@
 """Peak memory and time of `pipeline ingest` per input format, against DuckDB reading the same file.
 
-    python bench/bench_reader_memory.py --format aiperf|csv [--requests 1000000]
+    python bench/bench_reader_memory.py --format FORMAT [--requests 1000000]
 
 Builds (in a child process, so the bench's own peak does not leak into the children's figures,
 see `_common.measured`) ``bench/out/mem_<format>_<N>.<ext>``: N requests with ~218 per-chunk
 gaps each, from the same numpy arrays as `bench_vllm_detailed.py`:
 
+FORMAT is one of:
+
   aiperf  AIPerf profile_export.jsonl lines (metadata.timestamp_ns, metrics.ttft /
           request_latency / inter_chunk_latency in ms, sequence lengths)
   otlp    OTLP/JSON trace export, one ExportTraceServiceRequest of 512 vLLM llm_request spans per
           line as the Collector's file exporter writes (no per-token times: OTLP has none)
+  otlp-pretty  the same spans as one indented ExportTraceServiceRequest (a single JSON value)
   csv     a CSV trace read through a mapping (epoch-ms start, ttft and e2e in ms, the gaps as a
           quoted JSON list), as a gateway or load generator would write it
+  csv-gz  the same CSV, gzipped
+  json    the same records as one JSON document ({"data": {"rows": [...]}}, the gaps as JSON
+          lists) read through a mapping with records = "data.rows"
 
 then measures, each in its own process:
 
-  baseline: duckdb COPY (SELECT * FROM read_json|read_csv('FILE')) TO 'x.parquet'
+  baseline: duckdb COPY (SELECT * FROM read_json|read_csv('FILE')) TO 'x.parquet' (a single
+            JSON value: read_json with maximum_object_size large enough to hold it)
   ours:     pipeline ingest FILE [--mapping M] --set ... -w <fresh dir> -q
 
 and prints wall time, peak RSS and the ratios. Results go to docs/PERFORMANCE.md by hand.
@@ -24,6 +31,7 @@ and prints wall time, peak RSS and the ratios. Results go to docs/PERFORMANCE.md
 from __future__ import annotations
 
 import argparse
+import gzip
 import shutil
 import subprocess
 import sys
@@ -37,7 +45,14 @@ from _common import OUT, machine, measured
 from bench_vllm_detailed import CHUNK, synth_arrays
 
 PY = sys.executable
-EXT = {"aiperf": "jsonl", "csv": "csv", "otlp": "jsonl"}
+EXT = {
+    "aiperf": "jsonl",
+    "csv": "csv",
+    "csv-gz": "csv.gz",
+    "json": "json",
+    "otlp": "jsonl",
+    "otlp-pretty": "json",
+}
 SPANS_PER_LINE = 512  # the OpenTelemetry SDKs' default export batch (max_export_batch_size)
 MAPPING = """format = "csv"
 [time]
@@ -72,8 +87,8 @@ def _frame(a: dict[str, pl.Series], k: int, n: int) -> pl.DataFrame:
     )
 
 
-def _otlp_lines(df: pl.DataFrame) -> str:
-    """Payload lines of SPANS_PER_LINE spans each, the spans' JSON built column-wise."""
+def _otlp_spans(df: pl.DataFrame) -> pl.Series:
+    """One span's JSON per request, built column-wise."""
 
     def attr(key: str, kind: str, value: pl.Expr) -> list[pl.Expr]:
         q = pl.lit('"') if kind == "stringValue" or kind == "intValue" else pl.lit("")
@@ -101,8 +116,13 @@ def _otlp_lines(df: pl.DataFrame) -> str:
         *attr("gen_ai.latency.e2e", "doubleValue", (pl.col("e2e_ms") / 1000).cast(pl.Utf8)),
         pl.lit("]}"),
     ]  # fmt: skip
-    spans = df.select(
-        pl.concat_str(parts).alias("s"), (pl.int_range(pl.len()) // SPANS_PER_LINE).alias("g")
+    return df.select(pl.concat_str(parts).alias("s"))["s"]
+
+
+def _otlp_lines(df: pl.DataFrame) -> str:
+    """Payload lines of SPANS_PER_LINE spans each."""
+    spans = pl.DataFrame(
+        {"s": _otlp_spans(df), "g": pl.int_range(df.height, eager=True) // SPANS_PER_LINE}
     )
     head = (
         '{"resourceSpans": [{"resource": {"attributes": [{"key": "service.name", "value": '
@@ -113,19 +133,59 @@ def _otlp_lines(df: pl.DataFrame) -> str:
     return "\n".join(head + t + "]}]}]}" for t in lines["s"]) + "\n"
 
 
+PRETTY_HEAD = """{
+  "resourceSpans": [
+    {
+      "resource": {
+        "attributes": [
+          {"key": "service.name", "value": {"stringValue": "vllm"}}
+        ]
+      },
+      "scopeSpans": [
+        {
+          "scope": {"name": "vllm.llm_engine"},
+          "spans": [
+"""
+PRETTY_TAIL = "\n          ]\n        }\n      ]\n    }\n  ]\n}\n"
+
+
+def _pretty_spans(df: pl.DataFrame) -> str:
+    """Spans indented, one key per line, as json.dumps(indent=...) would lay them out."""
+    s = _otlp_spans(df).str.replace_all(r', "', ',\n              "')
+    return s.to_frame().select(pl.lit("            ") + pl.col("s"))["literal"].str.join(
+        ",\n"
+    ).item()
+
+
+def _json_records(df: pl.DataFrame) -> str:
+    """Mapping records: the CSV's columns, the gaps as a JSON list (not text)."""
+    return df.select(pl.struct(pl.all()).struct.json_encode().alias("r"))["r"].str.replace(
+        r'"gaps_ms":"(\[[^"]*\])"', '"gaps_ms":$1'
+    ).str.join(",\n").item()
+
+
 def write(path: Path, fmt: str, n: int) -> None:
     a = synth_arrays(n)
     tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        if fmt == "csv":
+    opener = gzip.open if fmt.endswith("-gz") else open
+    with opener(tmp, "wt", encoding="utf-8") as f:
+        if fmt.startswith("csv"):
             f.write("id,start_ms,ttft_ms,e2e_ms,input_tokens,output_tokens,gaps_ms\n")
+        f.write({"otlp-pretty": PRETTY_HEAD, "json": '{"data": {"rows": [\n'}.get(fmt, ""))
         for k in range(0, n, CHUNK):
             df = _frame(a, k, CHUNK)
-            if fmt == "csv":
+            sep = ",\n" if k else ""
+            if fmt.startswith("csv"):
                 f.write(df.write_csv(include_header=False, quote_style="non_numeric"))
                 continue
             if fmt == "otlp":
                 f.write(_otlp_lines(df))
+                continue
+            if fmt == "otlp-pretty":
+                f.write(sep + _pretty_spans(df))
+                continue
+            if fmt == "json":
+                f.write(sep + _json_records(df))
                 continue
             ns = (pl.col("start_ms") * 1e6).cast(pl.Int64).cast(pl.Utf8)
             line = pl.concat_str(
@@ -149,6 +209,7 @@ def write(path: Path, fmt: str, n: int) -> None:
                 ]
             )
             f.write(df.select(line.alias("l"))["l"].str.join("\n").item() + "\n")
+        f.write({"otlp-pretty": PRETTY_TAIL, "json": "\n]}}\n"}.get(fmt, ""))
     tmp.replace(path)
 
 
@@ -171,19 +232,25 @@ def main() -> None:
     print(f"machine: {machine()}")
     print(f"input: {a.requests:,} requests, {src.stat().st_size / 2**20:,.0f} MiB, {a.format}")
     base_out = OUT / "mem_baseline.parquet"
-    fn = "read_csv" if a.format == "csv" else "read_json"
+    fn = "read_csv" if a.format.startswith("csv") else "read_json"
+    size = "" if a.format in ("aiperf", "otlp") or fn == "read_csv" else ", maximum_object_size=?"
+    args = "[sys.argv[1]" + (", int(sys.argv[2])]" if size else "]")
     baseline = (
-        f'import duckdb, sys; duckdb.connect().execute("COPY (SELECT * FROM {fn}(?)) '
-        f"TO '{base_out}' (FORMAT parquet)\", [sys.argv[1]])"
+        f'import duckdb, sys; duckdb.connect().execute("COPY (SELECT * FROM {fn}(?{size})) '
+        f"TO '{base_out}' (FORMAT parquet)\", {args})"
     )
     wh = OUT / f"wh_mem_{a.format}"
     cmd = [PY, "-m", "pipeline", "ingest", str(src), "-w", str(wh), "-q"]
     cmd += ["--set", "gpu=H100-SXM", "--set", "gpu_count=1", "--set", "model=Llama-3.1-8B"]
-    if a.format == "csv":
+    if a.format.startswith("csv") or a.format == "json":
         m = OUT / "mem_csv.toml"
-        m.write_text(MAPPING)
+        text = MAPPING.replace('format = "csv"', 'format = "json"\nrecords = "data.rows"')
+        m.write_text(text if a.format == "json" else MAPPING)
         cmd += ["--mapping", str(m)]
-    b_wall, b_rss = measured([PY, "-c", baseline, str(src)])
+    b_cmd = [PY, "-c", baseline, str(src)]
+    if size:
+        b_cmd.append(str(src.stat().st_size + 1))
+    b_wall, b_rss = measured(b_cmd)
     shutil.rmtree(wh, ignore_errors=True)
     o_wall, o_rss = measured(cmd)
     check = subprocess.run(

@@ -8,6 +8,7 @@ import os
 import tempfile
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -54,14 +55,39 @@ def spill(path: Path) -> int:
     fd, name = tempfile.mkstemp(prefix="pipeline-spill-")
     os.unlink(name)  # gone from the directory now; freed when the descriptor closes
     try:
-        for block in iter_blocks(path):
-            view = memoryview(block)
-            while view:
-                view = view[os.write(fd, view) :]
+        _write_decompressed(fd, path)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+@contextmanager
+def spilled(path: Path) -> Iterator[Path]:
+    """``path`` itself when it is not compressed; else a temporary file (in TMPDIR) holding its
+    decompressed bytes, removed on exit: for readers that need a path (Polars' CSV scan, a
+    Parquet file), so a compressed input is read in batches as a plain one is."""
+    if compression(path) is None:
+        yield path
+        return
+    fd, name = tempfile.mkstemp(
+        prefix="pipeline-spill-", suffix=path.suffixes[0] if path.suffixes else ""
+    )
+    try:
+        try:
+            _write_decompressed(fd, path)
+        finally:
+            os.close(fd)
+        yield Path(name)
+    finally:
+        os.unlink(name)
+
+
+def _write_decompressed(fd: int, path: Path) -> None:
+    for block in iter_blocks(path):
+        view = memoryview(block)
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def iter_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:

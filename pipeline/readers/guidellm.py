@@ -9,7 +9,6 @@ level ``metrics.*`` distributions → ``run_summaries`` (``<metric>.<status>.<st
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,9 +20,10 @@ import numpy as np
 import polars as pl
 
 from pipeline.files.sources import compression
+from pipeline.readers import element_frames as ef
 from pipeline.readers import json_elements as je
 from pipeline.readers import vllm_bench
-from pipeline.readers.base import RAW_LIMIT, Capabilities, InputError, ReadContext, ReaderOutput
+from pipeline.readers.base import Capabilities, InputError, ReadContext, ReaderOutput
 from pipeline.readers.columns import bad_count, jpath, num
 from pipeline.readers.frames import (
     quarantine_frame,
@@ -33,7 +33,7 @@ from pipeline.readers.frames import (
     split_valid,
     summaries_frame,
 )
-from pipeline.readers.json_text import compact_json, decode_text, load_json
+from pipeline.readers.json_text import decode_text, load_json
 from pipeline.readers.sniff import head_text
 from pipeline.readers.units import as_float
 from pipeline.readers.vllm_bench import Source, open_source, run_ids
@@ -50,7 +50,6 @@ STREAM_MIN_BYTES = vllm_bench.COLUMNAR_MIN_BYTES
 # requests {3} > successful [4] > the request objects' own braces and separating commas (5).
 _ELEMENT_LEVEL = 5
 _PLACEHOLDER = "\x00guidellm-requests:"
-_KEY_SAMPLE = 1000  # records_frame takes the columns from the first 1000 records of a list
 
 
 def _first(df: pl.DataFrame, *candidates: tuple[str, str | None]) -> pl.Expr:
@@ -149,83 +148,18 @@ def _locate(src: Source) -> _Plan | None:
         reqs = bench.get("requests") if isinstance(bench, dict) else None
         if not isinstance(reqs, dict) or reqs.get(key) != f"{_PLACEHOLDER}{k}":
             return None  # shadowed by a duplicate key, or not where the scan put it
-        schema = _sample_schema(arr)
+        schema = ef.sample_schema(arr)
         if schema is None:
             return None
         arrays[(j, key)] = (arr, schema)
     return _Plan(src, doc, arrays)
 
 
-def _sample_schema(arr: je.ElementArray) -> dict[str, pl.DataType] | None:
-    """The columns records_frame would give the whole list: the keys of its first 1000
-    records, in order (Python json on at most 1000 elements); None when one is invalid JSON."""
-    keys: dict[str, None] = {}
-    seen = 0
-    for _, chunk, _ in arr.batches(max_rows=_KEY_SAMPLE):
-        for line in chunk.decode("utf-8").split("\n")[: _KEY_SAMPLE - seen]:  # <= 1000 in all
-            try:
-                r = json.loads(line)
-            except (ValueError, RecursionError):
-                return None
-            if isinstance(r, dict):
-                keys.update(dict.fromkeys(r))
-            seen += 1
-        if seen >= _KEY_SAMPLE:
-            break
-    return {k: pl.Utf8() for k in keys}
-
-
-def _not_object_lines(lines: pl.Series, is_object: np.ndarray) -> pl.Series:
-    """Non-object elements wrapped as records_frame wraps them (``{"_not_an_object": x}``)."""
-    if is_object.all():
-        return lines
-    wrapped = pl.lit('{"_not_an_object": ') + pl.col("_raw") + pl.lit("}")
-    return (
-        lines.to_frame()
-        .select(pl.when(pl.Series(is_object)).then(pl.col("_raw")).otherwise(wrapped))
-        .to_series()
-        .alias("_raw")
-    )
-
-
-def _batch_frame(
-    ctx: ReadContext, chunk: bytearray, is_object: np.ndarray, schema: dict[str, pl.DataType]
-) -> pl.DataFrame:
-    """One batch of elements as records_frame makes a list: text columns, ``_raw`` (1-based
-    ``_line`` is added by the caller). The elements' own text is parsed by Polars; a batch it
-    rejects (NaN, a number too large for a float) goes through Python's json and ``compact_json``
-    exactly as records_frame does."""
-    lines = pl.Series("_raw", chunk.decode("utf-8").split("\n"), dtype=pl.Utf8)
-    lines = _not_object_lines(lines.str.strip_chars(" \t"), is_object)
-    payload = chunk if is_object.all() else "\n".join(lines.to_list()).encode()
-    read_schema = schema or {"_x": pl.Utf8()}
-    try:
-        df = pl.read_ndjson(io.BytesIO(payload), schema=read_schema)
-        if df.height != lines.len():
-            raise ValueError("element count differs")
-    except Exception:  # error path: values Polars' parser refuses
-        try:
-            texts = [compact_json(json.loads(t)) for t in lines.to_list()]
-        except (ValueError, RecursionError):
-            load_json(ctx)  # raises the whole-document parser's error, as the old path did
-            raise InputError("a guidellm request entry is not valid JSON") from None
-        lines = pl.Series("_raw", texts, dtype=pl.Utf8)
-        df = pl.read_ndjson(io.BytesIO("\n".join(texts).encode()), schema=read_schema)
-    return df.with_columns(lines)
-
-
-def _redump_raw(q: pl.DataFrame, df: pl.DataFrame) -> pl.DataFrame:
-    """Quarantine ``raw`` as the whole-document path writes it: the element re-dumped by
-    Python's json (file text can differ in spacing, escapes and number spelling)."""
-    full = df.filter(pl.col("_line").is_in(q["line"].implode())).select("_line", "_raw")
-    by_line = dict(zip(full["_line"].to_list(), full["_raw"].to_list(), strict=True))
-    raws = []
-    for line, raw in zip(q["line"].to_list(), q["raw"].to_list(), strict=True):  # bad rows only
-        try:
-            raws.append(compact_json(json.loads(by_line[line]))[:RAW_LIMIT])
-        except (KeyError, ValueError, RecursionError):
-            raws.append(raw)
-    return q.with_columns(pl.Series("raw", raws, dtype=pl.Utf8))
+def _invalid(ctx: ReadContext) -> None:
+    """Raise the whole-document parser's error for an element Python's json rejects, as the
+    whole-document path did."""
+    load_json(ctx)
+    raise InputError("a guidellm request entry is not valid JSON")
 
 
 class GuidellmReader:
@@ -306,7 +240,7 @@ class GuidellmReader:
                 if (j, key) in plan.arrays:
                     arr, schema = plan.arrays[(j, key)]
                     for first, chunk, is_obj in arr.batches(max_rows=ctx.batch_rows):
-                        df = _batch_frame(ctx, chunk, is_obj, schema)
+                        df = ef.batch_frame(chunk, is_obj, schema, lambda: _invalid(ctx))
                         del chunk
                         start = offset + count + first + 1
                         df = df.with_columns(
@@ -317,7 +251,7 @@ class GuidellmReader:
                         )
                         requests, quarantine = self._requests(df, run_id, model)
                         if quarantine is not None:
-                            quarantine = _redump_raw(quarantine, df)
+                            quarantine = ef.redump_raw(quarantine, df)
                         yield ReaderOutput(requests=requests, quarantine=quarantine)
                     count += len(arr)
                 elif isinstance(items, list) and items:  # a list the scan did not stream

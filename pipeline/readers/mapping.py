@@ -26,7 +26,6 @@ unless a field table overrides ``unit`` / ``clock`` / ``datetime_format``. Durat
 
 from __future__ import annotations
 
-import io
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -37,7 +36,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.files.sources import compression
+from pipeline.files.sources import compression, spilled
+from pipeline.readers import element_frames as ef
 from pipeline.readers.arrival_traces import (
     ArrivalMapping,
     ArrivalMappingReader,
@@ -53,12 +53,14 @@ from pipeline.readers.base import (
 )
 from pipeline.readers.columns import bad_count, cum_token_times, num, num_list, parse_datetime_utc
 from pipeline.readers.frames import empty_quarantine, records_frame, requests_frame, split_valid
-from pipeline.readers.json_text import load_json, read_all
+from pipeline.readers.json_text import load_json
 from pipeline.readers.lines import iter_line_batches, parse_ndjson, rows_per_batch
 from pipeline.readers.sniff import has_suffix
 from pipeline.readers.units import UNIT_SECONDS
+from pipeline.readers.vllm_bench import COLUMNAR_MIN_BYTES, open_source
 
 PRIORITY = 1000  # never sniffs: used only when a mapping file is given
+STREAM_MIN_BYTES = COLUMNAR_MIN_BYTES  # JSON documents this large (or compressed) are streamed
 TIMESTAMPS = ("arrival_ts", "scheduled_ts", "first_token_ts", "finish_ts")
 DURATIONS = ("ttft", "e2e", "queue", "prefill", "decode")
 LISTS = ("token_times", "itl", "token_counts")
@@ -172,22 +174,21 @@ def _csv_frame(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _parquet_batches(ctx: ReadContext) -> Iterator[pl.DataFrame]:
-    """Row groups read one batch at a time (pyarrow), with ``_line`` and ``_raw``."""
+    """Row groups read one batch at a time (pyarrow), with ``_line`` and ``_raw``; a compressed
+    file is decompressed to a temporary file first, never into memory."""
     try:
-        if compression(ctx.path) is None:
-            pf = pq.ParquetFile(ctx.path)
-        else:
-            pf = pq.ParquetFile(pa.BufferReader(read_all(ctx)))
-        start = 1
-        yielded = False
-        for rb in pf.iter_batches(batch_size=max(1, ctx.batch_rows)):
-            df = pl.from_arrow(rb)
-            assert isinstance(df, pl.DataFrame)
-            yield _parquet_frame(df, start)
-            start += df.height
-            yielded = True
-        if not yielded:
-            yield _parquet_frame(pl.from_arrow(pf.schema_arrow.empty_table()), 1)  # type: ignore[arg-type]
+        with spilled(ctx.path) as path:
+            pf = pq.ParquetFile(path)
+            start = 1
+            yielded = False
+            for rb in pf.iter_batches(batch_size=max(1, ctx.batch_rows)):
+                df = pl.from_arrow(rb)
+                assert isinstance(df, pl.DataFrame)
+                yield _parquet_frame(df, start)
+                start += df.height
+                yielded = True
+            if not yielded:
+                yield _parquet_frame(pl.from_arrow(pf.schema_arrow.empty_table()), 1)  # type: ignore[arg-type]
     except (pa.ArrowException, OSError) as exc:
         raise InputError(f"not a readable Parquet file: {exc}") from exc
 
@@ -227,29 +228,49 @@ class MappingReader:
             yield from ArrivalMappingReader(m).read(ctx)
             return
         fmt = _input_format(m, ctx.path)
-        for df, pre_q in self._frames(m, fmt, ctx):
-            yield self._convert(m, fmt, ctx, df, pre_q)
+        for df, pre_q, streamed in self._frames(m, fmt, ctx):
+            out = self._convert(m, fmt, ctx, df, pre_q)
+            if streamed and out.quarantine is not None and out.quarantine.height:
+                out.quarantine = ef.redump_raw(out.quarantine, df)  # raw as the whole path has it
+            yield out
 
     # -- input
 
     def _frames(
         self, m: Mapping, fmt: str, ctx: ReadContext
-    ) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
-        """(records, records already quarantined) in batches of about ``ctx.batch_rows``, so
-        memory does not grow with the file (a plain CSV, JSON lines or Parquet file is never read
-        whole; a compressed CSV or Parquet file and a JSON document still are)."""
+    ) -> Iterator[tuple[pl.DataFrame, pl.DataFrame, bool]]:
+        """(records, records already quarantined, streamed JSON elements) in batches of about
+        ``ctx.batch_rows``, so memory does not grow with the file: a CSV, JSON lines or Parquet
+        file, compressed or not, is never read whole, nor is a JSON document of
+        ``STREAM_MIN_BYTES`` or more (or compressed) whose records array the structural scan
+        finds; a smaller one is parsed whole."""
         empty = empty_quarantine()
         if fmt == "parquet":
             for df in _parquet_batches(ctx):
-                yield df, empty
+                yield df, empty, False
         elif fmt == "csv":
             for df in self._csv_batches(m, ctx):
-                yield df, empty
+                yield df, empty, False
         elif fmt == "jsonl":
             cols = sorted({s.column for s in m.fields.values()})
             for nums, texts in iter_line_batches(ctx):
-                yield parse_ndjson(nums, texts, cols)
+                yield *parse_ndjson(nums, texts, cols), False
         else:
+            big = compression(ctx.path) is not None or ctx.path.stat().st_size >= STREAM_MIN_BYTES
+            src = open_source(ctx) if big else None
+            try:
+                arr = ef.array_at(src, m.records.split(".") if m.records else []) if src else None
+                schema = ef.sample_schema(arr) if arr is not None else None
+                if arr is not None and schema is not None:
+                    for first, chunk, is_obj in arr.batches(max_rows=ctx.batch_rows):
+                        df = ef.batch_frame(chunk, is_obj, schema, lambda: load_json(ctx))
+                        del chunk
+                        lines = pl.int_range(first + 1, first + 1 + df.height, eager=True)
+                        yield df.with_columns(lines.cast(pl.Int64).alias("_line")), empty, True
+                    return
+            finally:
+                if src is not None:
+                    src.close()
             doc: Any = load_json(ctx)
             if m.records:
                 for part in m.records.split("."):
@@ -258,7 +279,7 @@ class MappingReader:
                 raise InputError(
                     f"JSON input: {m.records or 'the document'} is not an array of records"
                 )
-            yield records_frame(doc), empty
+            yield records_frame(doc), empty, False
 
     def _csv_batches(self, m: Mapping, ctx: ReadContext) -> Iterator[pl.DataFrame]:
         opts: dict[str, Any] = {
@@ -267,26 +288,18 @@ class MappingReader:
             "truncate_ragged_lines": True,
         }
         try:
-            if compression(ctx.path) is None:
-                # Polars' streaming engine reads the file in morsels; batches of batch_rows (fewer
-                # for long rows) keep the peak near one batch whatever the file's size.
-                lf = pl.scan_csv(ctx.path, **opts).with_row_index("_line", offset=2)
-                empty = lf.head(0)
-                batches: Iterator[pl.DataFrame] = iter(
-                    lf.collect_batches(chunk_size=rows_per_batch(ctx))
-                )
-            else:
-                whole = pl.read_csv(io.BytesIO(read_all(ctx)), **opts)
-                whole = whole.with_row_index("_line", offset=2)
-                empty = whole.head(0).lazy()
-                batches = iter(whole.iter_slices(rows_per_batch(ctx)))
-            rows = 0
-            for df in batches:
-                rows += df.height
-                if df.height:
-                    yield _csv_frame(df)
-            if not rows:  # header only: no rows, but the mapped columns are still checked
-                yield _csv_frame(empty.collect())
+            # Polars' streaming engine reads the file in morsels; batches of batch_rows (fewer for
+            # long rows) keep the peak near one batch whatever the file's size. A compressed file
+            # is decompressed to a temporary file first (it was read whole into memory).
+            with spilled(ctx.path) as path:
+                lf = pl.scan_csv(path, **opts).with_row_index("_line", offset=2)
+                rows = 0
+                for df in lf.collect_batches(chunk_size=rows_per_batch(ctx)):
+                    rows += df.height
+                    if df.height:
+                        yield _csv_frame(df)
+                if not rows:  # header only: no rows, but the mapped columns are still checked
+                    yield _csv_frame(lf.head(0).collect())
         except pl.exceptions.PolarsError as exc:
             raise InputError(f"not a readable CSV file: {exc}") from exc
 

@@ -26,7 +26,8 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.files.sources import iter_blocks
+from pipeline.files.sources import compression, iter_blocks
+from pipeline.readers import otlp_streamed, vllm_bench
 from pipeline.readers.base import RAW_LIMIT, Capabilities, InputError, ReadContext, ReaderOutput
 from pipeline.readers.columns import bad_count, jpath, num
 from pipeline.readers.frames import quarantine_frame, records_frame, requests_frame, split_valid
@@ -35,13 +36,22 @@ from pipeline.readers.lines import iter_line_batches
 from pipeline.readers.sniff import head_text
 
 PRIORITY = 25
-_ATTR_VALUE = r'"(?:stringValue|intValue|doubleValue|boolValue)": "?([^",}\]]*)"?'
+# A pretty-printed payload this large (or compressed) is streamed a batch of spans at a time
+# (otlp_streamed); smaller ones are parsed whole, as always.
+STREAM_MIN_BYTES = vllm_bench.COLUMNAR_MIN_BYTES
+# A string value is taken up to its closing quote (commas, braces and escaped quotes inside it
+# are kept; escapes stay as written); a number or bool up to the next delimiter.
+_STRING_VALUE = r'"stringValue": "((?:[^"\\]|\\.)*)"'
+_OTHER_VALUE = r'"(?:intValue|doubleValue|boolValue)": "?([^",}\]]*)"?'
 
 
 def _attr(name: str) -> pl.Expr:
     """Value of span attribute ``name`` (as text) from the JSON text of the attributes list."""
-    pattern = r'"key": "' + re.escape(name) + r'", "value": \{' + _ATTR_VALUE
-    return pl.col("attributes").str.extract(pattern, 1)
+    head = r'"key": "' + re.escape(name) + r'", "value": \{'
+    text = pl.col("attributes")
+    return pl.coalesce(
+        text.str.extract(head + _STRING_VALUE, 1), text.str.extract(head + _OTHER_VALUE, 1)
+    )
 
 
 def _first_attr(*names: str) -> pl.Expr:
@@ -77,9 +87,17 @@ class OtlpReader:
             for nums, texts in iter_line_batches(ctx):
                 docs = (_parse_line(n, t) for n, t in zip(nums, texts, strict=True))
                 yield from self._batch(ctx, docs, seen)
-        else:  # one (pretty-printed) payload: it is a single JSON value, read whole
-            docs = iter_json_documents(decode_text(read_all(ctx)))
-            yield from self._batch(ctx, docs, seen)
+        else:  # one (pretty-printed) payload: a single JSON value
+            big = compression(ctx.path) is not None or ctx.path.stat().st_size >= STREAM_MIN_BYTES
+            plan = otlp_streamed.plan(ctx) if big else None
+            if plan is None:
+                docs = iter_json_documents(decode_text(read_all(ctx)))
+                yield from self._batch(ctx, docs, seen)
+            else:
+                try:
+                    yield from self._batch(ctx, [(1, plan.doc, None)], seen, plan)
+                finally:
+                    plan.close()
         if seen.docs == 0:
             raise InputError("file is empty")
         if not seen.spans:
@@ -100,9 +118,14 @@ class OtlpReader:
         yield ReaderOutput(quarantine=quarantine_frame([0], [reason], [None]))
 
     def _batch(
-        self, ctx: ReadContext, docs: Iterable[tuple[int, Any, str | None]], seen: _Seen
+        self,
+        ctx: ReadContext,
+        docs: Iterable[tuple[int, Any, str | None]],
+        seen: _Seen,
+        plan: otlp_streamed.Plan | None = None,
     ) -> Iterator[ReaderOutput]:
-        """Requests of the LLM spans in ``docs``, in frames of about ``ctx.batch_rows`` spans."""
+        """Requests of the LLM spans in ``docs``, in frames of about ``ctx.batch_rows`` spans
+        (span arrays the ``plan`` located are parsed from the file a batch at a time)."""
         spans: list[Any] = []
         resource_of: list[str | None] = []
         bad: list[tuple[int, str, Any]] = []
@@ -115,20 +138,14 @@ class OtlpReader:
                 seen.other.add("metrics")
             if "resourceLogs" in doc:
                 seen.other.add("logs")
-            for rs in doc.get("resourceSpans") or []:  # per resource and scope, not per span
-                if not isinstance(rs, dict):
-                    continue
-                service = None
-                for a in (rs.get("resource") or {}).get("attributes") or []:
-                    if isinstance(a, dict) and a.get("key") == "service.name":
-                        service = (a.get("value") or {}).get("stringValue")
-                for ss in rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []:
-                    if isinstance(ss, dict) and isinstance(ss.get("spans"), list):
-                        spans.extend(ss["spans"])
-                        resource_of.extend([service] * len(ss["spans"]))
-            if len(spans) >= ctx.batch_rows:
-                yield from self._spans(ctx, spans, resource_of, bad, seen)
-                spans, resource_of, bad = [], [], []
+            for part, service in _span_lists(doc, plan, ctx.batch_rows):
+                spans.extend(part)
+                resource_of.extend([service] * len(part))
+                # A streamed batch (<= json_elements.BATCH_BYTES of text) is converted at once:
+                # gathering batch_rows spans as Python dicts peaked at 1.8 GB for 1M spans.
+                if len(spans) >= ctx.batch_rows or plan is not None:
+                    yield from self._spans(ctx, spans, resource_of, bad, seen)
+                    spans, resource_of, bad = [], [], []
         if spans or bad:
             yield from self._spans(ctx, spans, resource_of, bad, seen)
 
@@ -249,6 +266,26 @@ class _Seen:
     llm: int = 0
     other: set[str] = field(default_factory=set)
     names: set[str] = field(default_factory=set)
+
+
+def _span_lists(
+    doc: dict, plan: otlp_streamed.Plan | None, batch_rows: int
+) -> Iterator[tuple[list[Any], str | None]]:
+    """(spans, service name) per resource and scope (a streamed array: per batch of spans)."""
+    for i, rs in enumerate(doc.get("resourceSpans") or []):  # per resource and scope
+        if not isinstance(rs, dict):
+            continue
+        service = None
+        for a in (rs.get("resource") or {}).get("attributes") or []:
+            if isinstance(a, dict) and a.get("key") == "service.name":
+                service = (a.get("value") or {}).get("stringValue")
+        key = "scopeSpans" if rs.get("scopeSpans") else "instrumentationLibrarySpans"
+        for j, ss in enumerate(rs.get(key) or []):
+            arr = plan.spans(i, key, j, ss) if plan is not None else None
+            if arr is not None:
+                yield from ((part, service) for part in otlp_streamed.span_batches(arr, batch_rows))
+            elif isinstance(ss, dict) and isinstance(ss.get("spans"), list):
+                yield ss["spans"], service
 
 
 def _one_payload_per_line(ctx: ReadContext) -> bool:
