@@ -20,7 +20,7 @@ from pipeline import catalog
 from pipeline.physics import StepCost, kv_bytes_per_token
 from pipeline.replay import resolve, simulate_scenario
 from pipeline.replay.config import WhatIf
-from pipeline.replay.run import ReplayResult
+from pipeline.replay.result import ReplayResult
 from pipeline.replay.workload import RecordedWorkload
 from pipeline.sim import EngineConfig, kv_capacity_tokens
 from pipeline.sim.cluster import Pool, simulate_pool

@@ -2,7 +2,7 @@
 
     workload = load_workload(SOURCE, layout)          # run id, arrivals trace id, or file
     scenario = resolve(load_config(path), workload, fits)
-    result = simulate_scenario(scenario, workload)    # pipeline.sim.cluster, the one engine
+    result = simulate_scenario(scenario, workload)    # on pipeline.sim: the one engine
     write(layout, result, run_id, key)                # replay_requests / replay_runs / replay_steps
 
 See docs/replay.md.
@@ -10,14 +10,8 @@ See docs/replay.md.
 
 from pipeline.replay.config import WhatIf
 from pipeline.replay.config import load as load_config
-from pipeline.replay.run import (
-    ReplayResult,
-    Scenario,
-    replay_run_id,
-    resolve,
-    run_key,
-    simulate_scenario,
-)
+from pipeline.replay.result import ReplayResult, simulate_scenario
+from pipeline.replay.scenario import Scenario, replay_run_id, resolve, run_key
 from pipeline.replay.versus_observed import compare
 from pipeline.replay.workload import RecordedWorkload, load_workload
 from pipeline.replay.write import write

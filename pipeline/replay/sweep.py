@@ -20,7 +20,8 @@ import polars as pl
 
 from pipeline.fit.core import FittedModel, GroupKey
 from pipeline.replay.config import WhatIf
-from pipeline.replay.run import resolve, simulate_scenario
+from pipeline.replay.result import simulate_scenario
+from pipeline.replay.scenario import resolve
 from pipeline.replay.workload import RecordedWorkload
 
 ALIASES = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from pipeline.replay.run import PERCENTILES, ReplayResult
+from pipeline.replay.result import PERCENTILES, ReplayResult
 
 METRICS = ("ttft_s", "tpot_s", "e2e_s")
 

@@ -23,7 +23,7 @@ import polars as pl
 from pipeline import __version__
 from pipeline.ingest.validate import validate
 from pipeline.readers.base import conform_requests
-from pipeline.replay.run import ReplayResult
+from pipeline.replay.result import ReplayResult
 from pipeline.sim.records import request_frame
 from pipeline.warehouse.derived import write_derived
 from pipeline.warehouse.layout import Layout
@@ -62,7 +62,7 @@ def _frame(
     df = request_frame(
         [w.request_id[i] for i in g.tolist()],
         meta,
-        server=[res.server[i] or None for i in g.tolist()],
+        server=res.server[g],
         prompt=w.prompt[g],
         cached=w.cached[g],
         output=w.output[g],
