@@ -152,16 +152,19 @@ PRETTY_TAIL = "\n          ]\n        }\n      ]\n    }\n  ]\n}\n"
 def _pretty_spans(df: pl.DataFrame) -> str:
     """Spans indented, one key per line, as json.dumps(indent=...) would lay them out."""
     s = _otlp_spans(df).str.replace_all(r', "', ',\n              "')
-    return s.to_frame().select(pl.lit("            ") + pl.col("s"))["literal"].str.join(
-        ",\n"
-    ).item()
+    return (
+        s.to_frame().select(pl.lit("            ") + pl.col("s"))["literal"].str.join(",\n").item()
+    )
 
 
 def _json_records(df: pl.DataFrame) -> str:
     """Mapping records: the CSV's columns, the gaps as a JSON list (not text)."""
-    return df.select(pl.struct(pl.all()).struct.json_encode().alias("r"))["r"].str.replace(
-        r'"gaps_ms":"(\[[^"]*\])"', '"gaps_ms":$1'
-    ).str.join(",\n").item()
+    return (
+        df.select(pl.struct(pl.all()).struct.json_encode().alias("r"))["r"]
+        .str.replace(r'"gaps_ms":"(\[[^"]*\])"', '"gaps_ms":$1')
+        .str.join(",\n")
+        .item()
+    )
 
 
 def write(path: Path, fmt: str, n: int) -> None:
