@@ -34,7 +34,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline import catalog
 from pipeline.physics import StepCost
-from pipeline.replay import replay_run_id, resolve, run_key, simulate_scenario, write
+from pipeline.replay import (
+    replay_run_id,
+    resolve_scenario,
+    run_key,
+    simulate_scenario,
+    write_replay,
+)
 from pipeline.replay.config import WhatIf
 from pipeline.replay.workload import RecordedWorkload
 from pipeline.sim import EngineConfig
@@ -61,7 +67,7 @@ def workload(n: int, rate: float, seed: int = 0) -> RecordedWorkload:
 
 def bench_big(n: int, rate: float, do_write: bool) -> dict:
     w = workload(n, rate)
-    sc = resolve(WHATIF, w)
+    sc = resolve_scenario(WHATIF, w)
     t0, c0 = time.perf_counter(), time.process_time()
     res = simulate_scenario(sc, w, record_steps=True)
     sim_s, sim_cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -82,7 +88,7 @@ def bench_big(n: int, rate: float, do_write: bool) -> dict:
             layout = Layout(Path(tmp) / "wh")
             key = run_key(w, sc, 1.0)
             t1 = time.perf_counter()
-            counts = write(layout, res, replay_run_id(sc, key), key)
+            counts = write_replay(layout, res, replay_run_id(sc, key), key)
             out["write_s"] = round(time.perf_counter() - t1, 2)
             out["tokens_written"] = counts["tokens"]
     out["peak_rss_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
@@ -141,7 +147,7 @@ def bench_scenarios(n: int, python_n: int) -> list[dict]:
     rows = []
     for name, (patch, rate) in SCENARIOS.items():
         w = workload(n, rate)
-        sc = resolve(_whatif(patch), w)
+        sc = resolve_scenario(_whatif(patch), w)
         dt, res = _timed(sc, w)
         s = res.summary()
         row = {
@@ -151,7 +157,7 @@ def bench_scenarios(n: int, python_n: int) -> list[dict]:
         }  # fmt: skip
         if "least-loaded" in name and python_n:
             small = workload(python_n, rate)
-            sc_small = resolve(_whatif(patch), small)
+            sc_small = resolve_scenario(_whatif(patch), small)
             fast_s, a = _timed(sc_small, small)
             real = compiled.eligible
             compiled.eligible = lambda cost: False  # the Python engine, as before the kernel

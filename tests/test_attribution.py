@@ -53,9 +53,9 @@ def test_parts_are_the_logged_queue_and_the_fitted_prefill(busy):
     arrival), the prefill compute is the fitted cost model's time for the prompt (one step
     when it fits in the token budget); only the rest is a difference, and it stays >= 0 up to
     the fit's error (interference and overheads cannot be negative)."""
-    from pipeline.fit import load as load_fits
+    from pipeline.fit import load_fits
 
-    req, _, _ = attribution.run(busy)
+    req, _, _ = attribution.attribute(busy)
     assert req.height == 600 and req["fitted"].all()
     obs = pl.from_arrow(
         connect(busy)
@@ -87,7 +87,7 @@ def test_isolated_requests_have_no_interference(tmp_path):
     batch 1, so both rests vanish (to the logs' 1 us rounding and the fit's ~1e-6 error)."""
     spec = GenerateSpec(requests=60, seed=32, rate=0.01, workload=SMALL)
     layout = _warehouse(tmp_path, spec)
-    req, _, _ = attribution.run(layout)
+    req, _, _ = attribution.attribute(layout)
     t = pl.read_ndjson(tmp_path / "t0.jsonl").sort("arrival_ts")
     alone = t.filter(
         (pl.col("arrival_ts").shift(-1).fill_null(float("inf")) > pl.col("finish_ts"))
@@ -109,7 +109,7 @@ def test_missing_scheduled_time_keeps_queue_in_the_rest(busy, tmp_path):
     rows.write_ndjson(p)
     layout = Layout(tmp_path / "wh2")
     ingest_paths([p], layout)
-    req, _, _ = attribution.run(layout)
+    req, _, _ = attribution.attribute(layout)
     assert req["ttft_queue_s"].null_count() == req.height
     assert req["ttft_rest_covers"].str.starts_with("queue+interference").all()
     total = req["ttft_prefill_compute_s"] + req["ttft_rest_s"]
@@ -150,7 +150,7 @@ def test_shapley_is_order_independent_and_additive(k, data):
 
 
 def test_identical_slices_attribute_zero(busy):
-    _, _, comp = attribution.run(busy, "gpu = 'H100-SXM'", "gpu = 'H100-SXM'")
+    _, _, comp = attribution.attribute(busy, "gpu = 'H100-SXM'", "gpu = 'H100-SXM'")
     assert comp is not None and comp.evaluations == 1
     assert (comp.frame["contribution"] == 0).all()
     assert (comp.frame["share"] == 0).all()
@@ -223,7 +223,7 @@ def test_without_gpu_nothing_is_simulated_and_it_says_which_factors(busy, tmp_pa
     rows.write_ndjson(p)
     layout = Layout(tmp_path / "wh3")
     ingest_paths([p], layout)
-    req, _, comp = attribution.run(
+    req, _, comp = attribution.attribute(
         layout, "request_id < 'req-0000300'", "request_id >= 'req-0000300'"
     )
     assert comp is not None and "hardware" in comp.not_attributable
@@ -252,7 +252,7 @@ def test_ttft_elasticity_matches_the_prefill_physics(tmp_path):
     truth = generate(spec, tmp_path / "t.jsonl")
     layout = Layout(tmp_path / "wh")
     ingest_paths([tmp_path / "t.jsonl"], layout)
-    req, el, _ = attribution.run(layout)
+    req, el, _ = attribution.attribute(layout)
     c = truth["cost"]
     cost = StepCost(catalog.model(c["model"]), catalog.gpu(c["gpu"]), mfu=c["mfu"], mbu=c["mbu"],
                     step_overhead=c["step_overhead"], seq_overhead=c["seq_overhead"])  # fmt: skip
@@ -284,7 +284,7 @@ def test_a_saturating_counterfactual_switches_load_to_utilisation(tmp_path):
     m = "model = 'meta-llama/Llama-3.1-8B'"
     shares = {}
     for n in (150, 300):
-        _req, _el, cmp = attribution.run(
+        _req, _el, cmp = attribution.attribute(
             layout, f"gpu = 'H100-SXM' AND {m}", f"gpu = 'A100-80GB' AND {m}", max_requests=n
         )
         assert cmp is not None
@@ -326,7 +326,7 @@ def test_shares_hold_between_300_and_2000_replayed_requests(tmp_path):
     fit_warehouse(layout, claims=False)
     shares = {}
     for n in (300, 2000):
-        _req, _el, cmp = attribution.run(
+        _req, _el, cmp = attribution.attribute(
             layout, "gpu = 'H100-SXM'", "gpu = 'A100-80GB'", max_requests=n
         )
         assert cmp is not None

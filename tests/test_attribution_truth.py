@@ -75,7 +75,7 @@ def run_case(tmp_path, monkeypatch, base: GenerateSpec, changes: dict[str, dict]
     total = values[-1] - values[0]
     layout = Layout(tmp_path / "wh")
     ingest_paths([tmp_path / "t0.jsonl", tmp_path / f"t{len(values) - 1}.jsonl"], layout)
-    _, _, comp = attribution.run(layout, *SPLIT)
+    _, _, comp = attribution.attribute(layout, *SPLIT)
     assert comp is not None
     truth = {n: true_phi[i] / total for i, n in enumerate(names)}
     return truth, total, comp
@@ -139,5 +139,5 @@ def test_gqa_to_mha_splits_size_and_kv_heads(tmp_path, monkeypatch):
     truth = {"model": phi[0] / total, "attention": phi[1] / total}
     layout = Layout(tmp_path / "wh")
     ingest_paths([tmp_path / "t0.jsonl", tmp_path / "t3.jsonl"], layout)
-    _, _, comp = attribution.run(layout, *SPLIT)
+    _, _, comp = attribution.attribute(layout, *SPLIT)
     check(truth, total, comp, {"model": "model", "attention": "attention"})

@@ -318,7 +318,7 @@ def test_replay_as_recorded_uses_the_calibration(tmp_path) -> None:
     found 45-62 % / 20-29 % before)."""
     from pipeline.commands.fit import _calibrate
     from pipeline.fit.calibration_store import load_calibrations
-    from pipeline.replay import load_workload, resolve, simulate_scenario
+    from pipeline.replay import load_workload, resolve_scenario, simulate_scenario
 
     layout = Layout(tmp_path / "wh")
     ingest_paths([RTX], layout)
@@ -334,7 +334,7 @@ def test_replay_as_recorded_uses_the_calibration(tmp_path) -> None:
 
     (run_id,) = connect(layout).execute("SELECT DISTINCT run_id FROM requests").fetchone()
     workload = load_workload(run_id, layout)
-    scenario = resolve(WhatIf(), workload, {}, cals)
+    scenario = resolve_scenario(WhatIf(), workload, {}, cals)
     assert scenario.pools[0].cost.source == "calibration"
     cfg = scenario.pools[0].pool.config
     assert (cfg.chunked_prefill, cfg.max_batched_tokens, cfg.kv_capacity_tokens) == (

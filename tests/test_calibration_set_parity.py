@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.ingest.run import ingest_paths
-from pipeline.query.named import load, run_named
+from pipeline.query.named import load_query, run_named
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.views import connect
 from tests.conftest import REPO, SHARED
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(not RUNS.is_dir(), reason=f"calibration set abse
 
 
 def _by_run(layout: Layout) -> dict[str, dict]:
-    rows = run_named(connect(layout), load("latency_by_run", REPO / "queries")).to_pylist()
+    rows = run_named(connect(layout), load_query("latency_by_run", REPO / "queries")).to_pylist()
     return {r["run_id"]: r for r in rows}
 
 
@@ -102,7 +102,7 @@ def test_report_parity_puts_our_figures_beside_the_tools(shared, tmp_path: Path)
     root = shared / "real_traces"
     layout = Layout(tmp_path / "wh")
     ingest_paths([root / "aiperf_0.13", root / "guidellm_0.8", root / "llmperf"], layout)
-    rows = run_named(connect(layout), load("report_parity", REPO / "queries")).to_pylist()
+    rows = run_named(connect(layout), load_query("report_parity", REPO / "queries")).to_pylist()
     means = {(r["tool"], r["run_id"]): r for r in rows if r["metric"] == "ttft_mean"}
     tools = sorted({t for t, _ in means})
     assert tools == ["aiperf_aggregate", "guidellm", "llmperf"]

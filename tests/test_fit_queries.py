@@ -11,7 +11,7 @@ import pytest
 from pipeline.fit import fit_warehouse
 from pipeline.fit.store import SCHEMA
 from pipeline.ingest.run import ingest_paths
-from pipeline.query.named import all_queries, load, run_named
+from pipeline.query.named import all_queries, load_query, run_named
 from pipeline.schema import deployment
 from pipeline.warehouse.derived import write_derived
 from pipeline.warehouse.layout import Layout
@@ -37,7 +37,7 @@ def _cost_models(layout: Layout, rows: list[dict]) -> None:
 
 
 def _rows(layout: Layout, name: str) -> list[dict]:
-    return run_named(connect(layout), load(name, REPO / "queries")).to_pylist()
+    return run_named(connect(layout), load_query(name, REPO / "queries")).to_pylist()
 
 
 def test_cost_queries_are_named_and_described():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.fit import fit_warehouse, load
+from pipeline.fit import fit_warehouse, load_fits
 from pipeline.ingest.run import ingest_paths
 from pipeline.physics import StepCost
 from pipeline.sim.generator import GenerateSpec, generate
@@ -81,7 +81,7 @@ def test_fit_recovers_truth(tmp_path, name):
     else:
         assert fm.extra["method"] == "requests"
     # The fitted StepCost reproduces the true one's step times within the same tolerance.
-    loaded = load(layout)
+    loaded = load_fits(layout)
     assert set(loaded) == {fm.key}
     got = loaded[fm.key].step_cost("decode")
     assert isinstance(got, StepCost)

@@ -15,7 +15,7 @@ import pytest
 
 from pipeline.fit.run import NO_CLOCK, fit_all
 from pipeline.ingest.run import IngestOptions, ingest_paths
-from pipeline.query.named import load, run_named
+from pipeline.query.named import load_query, run_named
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.views import connect
 from tests.conftest import REPO
@@ -38,7 +38,7 @@ def test_no_rate_window_or_batch_from_zeros(llmperf):
     # TTFT and E2E are real: llmperf's own per-request values.
     ((ttft_mean,),) = con.execute("SELECT avg(ttft_s) FROM requests WHERE status = 'ok'").fetchall()
     assert ttft_mean > 0
-    q = lambda name, **p: run_named(con, load(name, REPO / "queries"), p).to_pylist()  # noqa: E731
+    q = lambda name, **p: run_named(con, load_query(name, REPO / "queries"), p).to_pylist()  # noqa: E731
     (head,) = q("report_headline")
     assert (head["duration_s"], head["requests_per_s"], head["output_tokens_per_s"]) == (
         None,

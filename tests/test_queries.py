@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.ingest.run import ingest_paths
-from pipeline.query.named import QueryError, all_queries, load, run_named
+from pipeline.query.named import QueryError, all_queries, load_query, run_named
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.views import connect
 from tests.conftest import REPO, record, write_jsonl
@@ -46,7 +46,7 @@ def _con(tmp_path: Path, recs: list[dict]):
 
 def _rows(con, name: str, **params) -> list[dict]:
     return run_named(
-        con, load(name, REPO / "queries"), {k: str(v) for k, v in params.items()}
+        con, load_query(name, REPO / "queries"), {k: str(v) for k, v in params.items()}
     ).to_pylist()
 
 
@@ -158,7 +158,7 @@ def test_quarantine_reasons(tmp_path):
 
 def test_parameters_are_bound_and_checked(tmp_path):
     con = _con(tmp_path, [timed(0, 0.1, 0.1, 2)])
-    q = load("throughput_by_window", REPO / "queries")
+    q = load_query("throughput_by_window", REPO / "queries")
     with pytest.raises(QueryError, match="no parameter nope"):
         run_named(con, q, {"nope": "1"})
     # A value that would be an injection if pasted into the SQL is just a bad duration here.
@@ -169,10 +169,10 @@ def test_parameters_are_bound_and_checked(tmp_path):
 
 def test_unknown_query_suggests_close_names():
     with pytest.raises(QueryError, match="did you mean latency_percentiles"):
-        load("latency_percentile", REPO / "queries")
+        load_query("latency_percentile", REPO / "queries")
 
 
 def test_a_derived_table_not_yet_written_names_the_command(tmp_path):
     con = _con(tmp_path, [])
     with pytest.raises(QueryError, match="run `pipeline fit` first"):
-        run_named(con, load("cost_mfu_mbu", REPO / "queries"))
+        run_named(con, load_query("cost_mfu_mbu", REPO / "queries"))

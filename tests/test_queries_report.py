@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from pipeline.ingest.run import ingest_paths
-from pipeline.query.named import QueryError, load, run_named
+from pipeline.query.named import QueryError, load_query, run_named
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.views import connect
 from tests.conftest import REPO, write_jsonl
@@ -477,9 +477,9 @@ def test_attribution_per_request(tmp_path):
     ingest_paths(paths, layout)
     con = connect(layout)
     with pytest.raises(QueryError, match="run `pipeline attribute` first"):
-        run_named(con, load("attribution_per_request", REPO / "queries"))
+        run_named(con, load_query("attribution_per_request", REPO / "queries"))
 
-    attribution.run(layout)  # what `pipeline attribute` does: writes attribution_requests
+    attribution.attribute(layout)  # what `pipeline attribute` does: writes attribution_requests
     req = pl.read_parquet(layout.root / "attribution_requests" / "*.parquet")
     assert req.height == 200 + 150 + 3
     want = _expected_per_request(req)

@@ -17,19 +17,18 @@ from click.testing import CliRunner
 
 from pipeline import catalog
 from pipeline.cli import main
-from pipeline.fit import fit_warehouse, load
+from pipeline.fit import fit_warehouse, load_fits
 from pipeline.ingest.run import ingest_paths
 from pipeline.physics import StepCost
-from pipeline.query.named import QueryError, all_queries, run_named
-from pipeline.query.named import load as load_query
+from pipeline.query.named import QueryError, all_queries, load_query, run_named
 from pipeline.replay import (
-    compare,
+    compare_with_observed,
     load_workload,
     replay_run_id,
-    resolve,
+    resolve_scenario,
     run_key,
     simulate_scenario,
-    write,
+    write_replay,
 )
 from pipeline.replay.config import WhatIf
 from pipeline.replay.cost import Target, choose
@@ -66,11 +65,11 @@ def fitted(tmp_path_factory):
 def test_replay_reproduces_recorded_percentiles(fitted, run):
     layout, truths = fitted
     w = load_workload(run, layout)
-    fits = load(layout)
-    sc = resolve(WhatIf(), w, fits)
+    fits = load_fits(layout)
+    sc = resolve_scenario(WhatIf(), w, fits)
     assert [p.cost.source for p in sc.pools] == ["fit"]
     res = simulate_scenario(sc, w)
-    table = compare(res)
+    table = compare_with_observed(res)
     assert table is not None
     for row in table.filter(pl.col("percentile").is_in(["p50", "p90"])).iter_rows(named=True):
         assert abs(row["error"]) <= TOL, row
@@ -114,13 +113,13 @@ def test_write_back_is_idempotent_and_kept_apart_from_observed_data(fitted, tmp_
     layout, _ = fitted
     before = _observed_snapshot(layout)
     w = load_workload("mid", layout)
-    sc = resolve(WhatIf(name="same"), w, load(layout))
+    sc = resolve_scenario(WhatIf(name="same"), w, load_fits(layout))
     res = simulate_scenario(sc, w)
     key = run_key(w, sc, 1.0)
     run_id = replay_run_id(sc, key)
-    first = write(layout, res, run_id, key)
+    first = write_replay(layout, res, run_id, key)
     assert first["status"] == "written" and first["requests"] == w.n and first["steps"] > 0
-    again = write(layout, simulate_scenario(sc, w), run_id, key)
+    again = write_replay(layout, simulate_scenario(sc, w), run_id, key)
     assert again["status"] == "already"
     con = connect(layout)
     # Observed and simulated never mix: no replayed row in requests / runs / tokens ...
@@ -180,7 +179,7 @@ def test_single_replica_cluster_is_the_engine(fitted):
 
 def test_nearest_hardware_borrows_fitted_efficiencies(fitted):
     layout, _ = fitted
-    fits = load(layout)
+    fits = load_fits(layout)
     target = Target(catalog.model("llama-3.1-8b"), catalog.gpu("H200"))
     ch = choose(target, fits)
     assert ch.source == "nearest-fit" and "H100-SXM" in ch.describe and "H200" in ch.describe
@@ -234,17 +233,17 @@ def test_replay_of_an_arrivals_trace(shared, tmp_path):
     w = load_workload(run, layout)
     assert w.kind == "arrivals" and w.n > 1000
     with pytest.raises(ValueError, match=r"deployment\.model"):
-        resolve(WhatIf(), w, {})
+        resolve_scenario(WhatIf(), w, {})
     wi = WhatIf.model_validate(
         {"name": "azure", "deployment": {"model": "llama-3.1-70b", "gpu": "H100-SXM", "tp": 4,
                                          "replicas": 2}, "workload": {"max_requests": 400}}
     )  # fmt: skip
     w = w.scaled(1.0, 400)
-    sc = resolve(wi, w, {})
+    sc = resolve_scenario(wi, w, {})
     res = simulate_scenario(sc, w)
-    out = write(layout, res, replay_run_id(sc, run_key(w, sc, 1.0)), run_key(w, sc, 1.0))
+    out = write_replay(layout, res, replay_run_id(sc, run_key(w, sc, 1.0)), run_key(w, sc, 1.0))
     assert out["requests"] + out["refused"] == 400
-    assert compare(res) is None  # no observed latencies in an arrivals trace
+    assert compare_with_observed(res) is None  # no observed latencies in an arrivals trace
     row = connect(layout).execute(
         "SELECT count(*), min(ttft_s) FROM replay_requests"
     ).fetchall()[0]  # fmt: skip
@@ -253,11 +252,11 @@ def test_replay_of_an_arrivals_trace(shared, tmp_path):
 
 def test_example_configs_resolve(fitted):
     layout, _ = fitted
-    from pipeline.replay import load_config
+    from pipeline.replay import load_whatif
 
     w = load_workload("mid", layout).scaled(1.0, 50)
     for path in sorted((REPO / "examples/whatif").glob("*.toml")):
-        sc = resolve(load_config(path), w, load(layout))
+        sc = resolve_scenario(load_whatif(path), w, load_fits(layout))
         res = simulate_scenario(sc, w, record_steps=False)
         assert res.ok.sum() + (~res.ok).sum() == 50, path.name
         assert np.all(np.isfinite(res.finish[res.ok])), path.name

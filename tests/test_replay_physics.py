@@ -18,7 +18,7 @@ import pytest
 
 from pipeline import catalog
 from pipeline.physics import StepCost, kv_bytes_per_token
-from pipeline.replay import resolve, simulate_scenario
+from pipeline.replay import resolve_scenario, simulate_scenario
 from pipeline.replay.config import WhatIf
 from pipeline.replay.result import ReplayResult
 from pipeline.replay.workload import RecordedWorkload
@@ -119,7 +119,9 @@ def test_chunked_prefill_lowers_p99_itl_and_raises_ttft():
         ("chunked", {"chunked_prefill": True, "chunk_size": 512}),
         ("whole", {"chunked_prefill": False}),
     ):
-        res = simulate_scenario(resolve(_whatif(scheduler=sched), w), w, record_steps=False)
+        res = simulate_scenario(
+            resolve_scenario(_whatif(scheduler=sched), w), w, record_steps=False
+        )
         m = res.metrics()
         out[name] = (np.percentile(_gaps(res), 99), np.median(m["ttft_s"][longs]))
     # A whole 4k-token prefill step stalls every decode for 4k tokens of compute; chunks of
@@ -134,10 +136,10 @@ def test_disaggregation_removes_prefill_interference_at_kv_transfer_cost():
     # A 4k prompt every 0.25 s: on two colocated servers (8k-token steps) ~2 % of the gaps wait
     # for a whole prefill, so the p99 ITL is a prefill step; on the decode server none does.
     w = _mixed(long_every=0.25, long_prompt=4000)
-    colo = simulate_scenario(resolve(_whatif(deployment={"replicas": 2}), w), w)
+    colo = simulate_scenario(resolve_scenario(_whatif(deployment={"replicas": 2}), w), w)
     bw = 10.0
     dis_w = _whatif(disaggregation={"enabled": True, "kv_bandwidth_gbps": bw, "kv_latency_s": 0})
-    dis = simulate_scenario(resolve(dis_w, w), w)
+    dis = simulate_scenario(resolve_scenario(dis_w, w), w)
     # Decode servers only ever compute one new token per sequence per step.
     for st in dis.pools["decode"].steps:
         assert np.all(st["prefill_tokens"] <= st["seqs"])
@@ -155,10 +157,12 @@ def test_disaggregation_removes_prefill_interference_at_kv_transfer_cost():
 
 def test_static_batching_and_contiguous_kv_batch_less():
     w = _mixed(n_short=300, rate=3.0, long_every=10.0)
-    paged = simulate_scenario(resolve(_whatif(), w), w)
-    contig = simulate_scenario(resolve(_whatif(scheduler={"kv_layout": "contiguous"}), w), w)
+    paged = simulate_scenario(resolve_scenario(_whatif(), w), w)
+    contig = simulate_scenario(
+        resolve_scenario(_whatif(scheduler={"kv_layout": "contiguous"}), w), w
+    )
     static = simulate_scenario(
-        resolve(_whatif(scheduler={"policy": "static", "max_num_seqs": 64}), w), w
+        resolve_scenario(_whatif(scheduler={"policy": "static", "max_num_seqs": 64}), w), w
     )
     slots = contig.scenario.pools[0].pool.config.kv_capacity_tokens // L8B.max_context
     assert contig.scenario.pools[0].pool.config.max_num_seqs == slots

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from pipeline.cli import main
 from pipeline.fit import fit_warehouse, store
-from pipeline.query.named import load, run_named
+from pipeline.query.named import load_query, run_named
 from pipeline.report import Options, build_report
 from pipeline.report.context import MAX_POINTS
 from pipeline.warehouse.derived import write_derived
@@ -483,7 +483,7 @@ def test_load_curves_from_runs_at_several_rates(tmp_path):
     assert (s["deployments"], s["runs"]) == (2, 4)
     assert s["replayed_points"] == 0  # no calibration: no model curve, and none pretended
     # The achieved rate is the benchmarks' request throughput, recomputed here from the rows.
-    got = run_named(connect(layout), load("report_load_curve", REPO / "queries")).to_pylist()
+    got = run_named(connect(layout), load_query("report_load_curve", REPO / "queries")).to_pylist()
     req = pl.from_arrow(connect(layout).sql("SELECT * FROM requests").to_arrow_table())
     for row in got:
         g = req.filter((pl.col("run_id") == row["run_id"]) & (pl.col("status") == "ok"))
@@ -566,7 +566,7 @@ def test_over_time_counts_a_hand_worked_schedule():
         "('d', 'r', 'M', 'G', 1, 'bf16', 'ok', 0.5, 1.6, 1.9, 2.7, 20), "
         "('d', 'r', 'M', 'G', 1, 'bf16', 'ok', 1.1, 1.4, 1.6, 2.9, 30)"
     )
-    rows = run_named(con, load("report_over_time", REPO / "queries"), {"windows": "4"})
+    rows = run_named(con, load_query("report_over_time", REPO / "queries"), {"windows": "4"})
     got = {r["k"]: r for r in rows.to_pylist()}
     assert sorted(got) == [0, 1, 2, 3, 4] and {r["window_s"] for r in got.values()} == {1.0}
     assert [got[k]["in_flight"] for k in range(5)] == [2, 2, 2, 1, 0]
@@ -578,7 +578,7 @@ def test_over_time_counts_a_hand_worked_schedule():
     assert got[2]["ttft_p90"] is None
     # No scheduled time logged: waiting is unknown (NULL), never a count from zeros.
     con.execute("UPDATE requests SET queue_s = NULL")
-    rows = run_named(con, load("report_over_time", REPO / "queries"), {"windows": "4"})
+    rows = run_named(con, load_query("report_over_time", REPO / "queries"), {"windows": "4"})
     assert {r["waiting"] for r in rows.to_pylist()} == {None}
 
 
@@ -633,12 +633,12 @@ def test_why_figures_from_a_hand_worked_log():
         "('d', 'r', 'M', 'G', 1, 'bf16', 'bf16', 'vllm', 'ok', 0, 0.8, 1.0, 0.1, 2, 100, 0, 10), "
         "('d', 'r', 'M', 'G', 1, 'bf16', 'bf16', 'vllm', 'ok', 1, 0.0, 0.2, 0.1, 3, 300, 100, 30)"
     )
-    (row,) = run_named(con, load("report_why", REPO / "queries")).to_pylist()
+    (row,) = run_named(con, load_query("report_why", REPO / "queries")).to_pylist()
     assert row["duration_s"] == 4.0 and row["mean_in_flight"] == 1.25
     assert row["output_tokens_per_s"] == 10.0 and row["unclocked_runs"] == 0
     assert row["slow_queue_share"] == pytest.approx(0.8) and row["slow_with_queue"] == 1
     assert row["ttft_p90"] == pytest.approx(0.92)
-    prompts = pl.from_arrow(run_named(con, load("report_why_prompts", REPO / "queries")))
+    prompts = pl.from_arrow(run_named(con, load_query("report_why_prompts", REPO / "queries")))
 
     class Linear:  # 1 ms per new token, 0.1 ms per cached one
         def prefill_time(self, new, cached):
@@ -750,7 +750,7 @@ def test_summary_only_sweep_is_drawn_with_its_knee(tmp_path):
     assert "7 run(s) are known only from their tools' summaries" in over
     from pipeline.report.sections.load import summary_knees
 
-    sw = run_named(connect(layout), load("report_load_summaries", REPO / "queries"))
+    sw = run_named(connect(layout), load_query("report_load_summaries", REPO / "queries"))
     k = summary_knees(pl.from_arrow(sw).with_columns(pl.lit("x").alias("series")))
     assert k["percentile"][0] == "p50" and k["knee_rate"][0] == pytest.approx(6.9209, abs=1e-3)
     assert k["base"][0] == pytest.approx(0.08575, abs=1e-4)

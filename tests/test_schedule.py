@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from pipeline.cli import main
 from pipeline.commands.schedule import loop
-from pipeline.schedule.cron import CronError, parse
+from pipeline.schedule.cron import CronError, parse_cron
 from pipeline.schedule.runner import run_once
 from pipeline.warehouse.layout import Layout
 from tests.fixtures.report_data import EPOCH, Spec, write_jsonl
@@ -51,12 +51,12 @@ T = dt.datetime(2026, 11, 2, 10, 17, 30)  # a Monday
     ],
 )
 def test_next_fire(expr, after, expected):
-    assert parse(expr).next_after(after) == expected
+    assert parse_cron(expr).next_after(after) == expected
 
 
 def test_next_fire_keeps_the_timezone():
     after = dt.datetime(2026, 11, 2, 23, 59, 59, tzinfo=dt.UTC)
-    assert parse("0 0 * * *").next_after(after) == dt.datetime(2026, 11, 3, tzinfo=dt.UTC)
+    assert parse_cron("0 0 * * *").next_after(after) == dt.datetime(2026, 11, 3, tzinfo=dt.UTC)
 
 
 @pytest.mark.parametrize(
@@ -74,7 +74,7 @@ def test_next_fire_keeps_the_timezone():
 )
 def test_bad_cron(expr, message):
     with pytest.raises(CronError, match=message):
-        parse(expr).next_after(T)
+        parse_cron(expr).next_after(T)
 
 
 def test_loop_waits_for_each_fire_and_runs():
@@ -90,7 +90,7 @@ def test_loop_waits_for_each_fire_and_runs():
         clock[0] += dt.timedelta(seconds=5)  # the run takes 5 s
         return 0
 
-    n = loop(parse("0 * * * *"), job, lambda: clock[0], sleep, max_runs=3, say=lambda s: None)
+    n = loop(parse_cron("0 * * * *"), job, lambda: clock[0], sleep, max_runs=3, say=lambda s: None)
     assert n == 3
     assert ran == [dt.datetime(2026, 11, 2, h, 0) for h in (11, 12, 13)]
     assert max(slept) <= 30.0  # short naps

@@ -9,11 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli import main
-from pipeline.query.named import QueryError, bind, load, queries_dir
+from pipeline.query.named import QueryError, bind, load_query, queries_dir
 
 
 def test_duration_parameters_of_named_queries_take_units():
-    q = load("throughput_by_window", queries_dir())
+    q = load_query("throughput_by_window", queries_dir())
     assert bind(q, {"window_s": "500ms"}) == {"window_s": 0.5}
     assert bind(q, {"window_s": "1.5min"}) == {"window_s": 90.0}
     assert bind(q, {"window_s": "30"}) == {"window_s": 30.0}  # a bare number is seconds

@@ -23,7 +23,7 @@ from pipeline.attribution.per_request import SCHEMA as REQUESTS_SCHEMA
 from pipeline.attribution.per_request import decompose, load_requests
 from pipeline.attribution.predicates import PredicateError
 from pipeline.attribution.slices import SCHEMA as ATTRIBUTION_SCHEMA
-from pipeline.attribution.slices import AttributionError, Comparison, compare
+from pipeline.attribution.slices import AttributionError, Comparison, compare_slices
 from pipeline.fit.core import FittedModel, GroupKey
 
 TABLES = {
@@ -37,10 +37,10 @@ __all__ = [
     "AttributionError",
     "Comparison",
     "PredicateError",
-    "compare",
+    "attribute",
+    "compare_slices",
     "elasticities",
     "per_request",
-    "run",
     "write_empty_if_absent",
 ]
 
@@ -49,7 +49,7 @@ def per_request(con: duckdb.DuckDBPyConnection, fits: dict[GroupKey, FittedModel
     return decompose(load_requests(con), fits)
 
 
-def run(
+def attribute(
     layout,  # type: ignore[no-untyped-def]
     baseline: str | None = None,
     candidate: str | None = None,
@@ -65,21 +65,21 @@ def run(
     first when the warehouse has none.
     """
     from pipeline.attribution.counterfactual import MAX_REQUESTS
-    from pipeline.fit import fit_warehouse, load
+    from pipeline.fit import fit_warehouse, load_fits
     from pipeline.warehouse.derived import write_derived
     from pipeline.warehouse.views import connect
 
     con = connect(layout)
-    fits = load(layout, con)
+    fits = load_fits(layout, con)
     if not fits and fit_if_missing:
         fit_warehouse(layout)
         con = connect(layout)
-        fits = load(layout, con)
+        fits = load_fits(layout, con)
     req = per_request(con, fits)
     el = elasticities(req)
     comp = None
     if baseline is not None and candidate is not None:
-        comp = compare(
+        comp = compare_slices(
             con, baseline, candidate, fits, params, max_requests=max_requests or MAX_REQUESTS
         )
     write_derived(layout, "attribution_requests", req)

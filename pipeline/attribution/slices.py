@@ -233,7 +233,7 @@ def attribute_frames(
     return frame, two, game.notes, 1 << len(active)
 
 
-def compare(
+def compare_slices(
     con: duckdb.DuckDBPyConnection,
     baseline: str,
     candidate: str,

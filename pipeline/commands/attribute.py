@@ -79,7 +79,7 @@ def command(
         raise UserError("give both --baseline and --candidate, or neither")
     layout = existing_layout(warehouse)
     try:
-        req, el, comp = attribution.run(
+        req, el, comp = attribution.attribute(
             layout,
             baseline,
             candidate,

@@ -126,12 +126,12 @@ def _calibrate(layout, out) -> int:
             out.print(escape(f"calibration: failed for {dep.label()}: {exc}"))
             continue
         cals.append(cal)
-        out.print(describe(cal))
+        out.print(describe_calibration(cal))
     write_calibrations(layout, cals)
     return len(cals)
 
 
-def describe(cal) -> str:
+def describe_calibration(cal) -> str:
     """One line per deployment: each parameter with its interval or its status."""
     parts = []
     for name, unit, scale in (

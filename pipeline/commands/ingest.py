@@ -133,10 +133,10 @@ def command(
         text = json.dumps(doc)
         click.echo(text) if out is None else out.write_text(text + "\n")
     elif fmt in ("csv", "parquet"):
-        from pipeline.query.output import write
+        from pipeline.query.output import write_result
 
         frame = pa.Table.from_pylist([_file_row(r) for r in results]) if results else None
-        write(frame if frame is not None else pa.table({"file": []}), fmt, out)
+        write_result(frame if frame is not None else pa.table({"file": []}), fmt, out)
     if not quiet:
         _print_summary(say, results, t, layout.root)
     if strict and t["quarantined"]:

@@ -13,8 +13,8 @@ from pipeline.commands._common import engine_option, existing_layout, warehouse_
 from pipeline.commands.options import output_options, param_option, parse_params
 from pipeline.engines import open_engine
 from pipeline.errors import UserError
-from pipeline.query.named import QueryError, all_queries, check_read_only, load, queries_dir
-from pipeline.query.output import render_table, write
+from pipeline.query.named import QueryError, all_queries, check_read_only, load_query, queries_dir
+from pipeline.query.output import render_table, write_result
 
 
 @click.command("query")
@@ -55,7 +55,7 @@ def command(name, warehouse, params, sql, list_, fmt, out, queries_dir_opt=None,
         if bool(name) == bool(sql):
             raise UserError('give a query NAME or --sql "..." (see `pipeline query --list`)')
         given = parse_params(params)
-        q = None if sql else load(name, Path(qdir) if qdir else None)
+        q = None if sql else load_query(name, Path(qdir) if qdir else None)
         if sql:
             check_read_only(sql)  # a usage error before any data error
         root = warehouse if warehouse and "://" in warehouse else existing_layout(warehouse)
@@ -70,7 +70,7 @@ def command(name, warehouse, params, sql, list_, fmt, out, queries_dir_opt=None,
         render_table(table, title=name)
     else:
         try:
-            write(table, chosen, out)
+            write_result(table, chosen, out)
         except ValueError as exc:
             raise UserError(str(exc)) from None
 

@@ -142,23 +142,23 @@ def command(
       pipeline replay --workload azure-conv --config examples/whatif/disaggregated.toml \\
           --sweep pd_ratio=1:1,1:2,2:3 --slo-ttft 500ms --slo-tpot 50ms
     """
-    from pipeline.fit import load as load_fits
-    from pipeline.replay import compare as compare_fn
+    from pipeline.fit import load_fits
     from pipeline.replay import (
-        load_config,
+        compare_with_observed,
+        load_whatif,
         load_workload,
         replay_run_id,
-        resolve,
+        resolve_scenario,
         run_key,
         simulate_scenario,
+        write_replay,
     )
     from pipeline.replay import sweep as sweep_mod
-    from pipeline.replay import write as write_fn
 
     out = console(quiet)
     layout = layout_for(warehouse)
     try:
-        whatif = load_config(config_path)
+        whatif = load_whatif(config_path)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if rate_scale is not None:
@@ -179,9 +179,10 @@ def command(
     cals = _calibrations(fits_layout)
     try:
         if sweep_spec:
-            key, values = sweep_mod.parse(sweep_spec)
-            table, best = sweep_mod.run(whatif, workload, fits, key, values, slo_ttft, slo_tpot,
-                                        slo_attainment, cals)  # fmt: skip
+            key, values = sweep_mod.parse_sweep(sweep_spec)
+            table, best = sweep_mod.run_sweep(
+                whatif, workload, fits, key, values, slo_ttft, slo_tpot, slo_attainment, cals
+            )
             rows = table.to_dicts()
             if fmt == "json":
                 click.echo(json.dumps({"sweep": rows, "cheapest": best}, default=str))
@@ -199,7 +200,7 @@ def command(
                            + (f", ${best['cost_usd']:.4g}" if best["cost_usd"] is not None
                               else "") + ")")  # fmt: skip
             return
-        scenario = resolve(whatif, workload, fits, cals)
+        scenario = resolve_scenario(whatif, workload, fits, cals)
         result = simulate_scenario(scenario, workload)
     except UnknownName as exc:
         raise UserError(str(exc)) from None
@@ -215,14 +216,14 @@ def command(
         out.print(f"note: {note}")
     written = None
     if not no_write:
-        written = write_fn(layout, result, run_id, key)
+        written = write_replay(layout, result, run_id, key)
         if written["status"] == "already":
             out.print(f"already in {layout.root} (same workload and configuration)")
         else:
             out.print(f"wrote {written.get('requests', 0)} requests and {written.get('steps', 0)} "
                       f"steps to {layout.root}")  # fmt: skip
     summary = result.summary(slo_ttft, slo_tpot)
-    cmp = compare_fn(result) if compare else None
+    cmp = compare_with_observed(result) if compare else None
     if fmt == "json":
         doc = {"run_id": run_id, "cost": scenario.cost_text, "summary": summary,
                "write": written, "scenario": scenario.describe()}  # fmt: skip

@@ -13,7 +13,7 @@ import click
 from pipeline.commands._common import console
 from pipeline.commands.run import run_options
 from pipeline.errors import UserError
-from pipeline.schedule.cron import Cron, CronError, parse
+from pipeline.schedule.cron import Cron, CronError, parse_cron
 
 
 def loop(
@@ -81,7 +81,7 @@ def command(ctx, cron_text, utc, max_runs, run_now, **_):  # fmt: skip
       pipeline schedule --cron "0 * * * *" --logs /var/log/vllm --warehouse wh --out-dir reports/
     """
     try:
-        cron = parse(cron_text)
+        cron = parse_cron(cron_text)
     except CronError as exc:
         raise UserError(f"--cron: {exc}") from None
     # The same entry point as the shell's `pipeline` (python -m pipeline), not a code string.

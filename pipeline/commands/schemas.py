@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from pipeline.errors import EXIT_FAILED_CHECK
-from pipeline.schema.export import stale, write
+from pipeline.schema.export import stale, write_schemas
 
 
 @click.command("schemas")
@@ -34,5 +34,5 @@ def command(directory: Path, check: bool) -> None:
             raise SystemExit(EXIT_FAILED_CHECK)
         click.echo("schemas/ is up to date")
         return
-    for p in write(directory):
+    for p in write_schemas(directory):
         click.echo(f"wrote {p}")

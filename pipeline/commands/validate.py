@@ -91,9 +91,9 @@ def command(
         click.echo(text) if out is None else out.write_text(text + "\n")
         return
     if fmt in ("csv", "parquet"):
-        from pipeline.query.output import write
+        from pipeline.query.output import write_result
 
-        write(pl.DataFrame(rows, infer_schema_length=None).to_arrow(), fmt, out)
+        write_result(pl.DataFrame(rows, infer_schema_length=None).to_arrow(), fmt, out)
         return
     _print(say, rows)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
-from pipeline.query.named import NamedQuery, QueryError, bind, load
+from pipeline.query.named import NamedQuery, QueryError, bind, load_query
 from pipeline.warehouse.layout import Layout
 
 # The views every engine registers; derived tables (cost_models, ...) come on top.
@@ -99,7 +99,7 @@ class Engine:
         params: Mapping[str, object] | None = None,
         queries_dir: str | Path | None = None,
     ) -> pa.Table:
-        q = query if isinstance(query, NamedQuery) else load(query, _dir(queries_dir))
+        q = query if isinstance(query, NamedQuery) else load_query(query, _dir(queries_dir))
         return self.arrow(q.sql, named_values(q, params))
 
     def named(

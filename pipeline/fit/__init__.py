@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pipeline.fit.core import FittedModel, GroupKey, PhaseFit, fit_observations
 from pipeline.fit.frame import fit_frame
-from pipeline.fit.store import load
+from pipeline.fit.store import load_fits
 
 __all__ = [
     "FittedModel",
@@ -22,7 +22,7 @@ __all__ = [
     "fit_frame",
     "fit_observations",
     "fit_warehouse",
-    "load",
+    "load_fits",
 ]
 
 

@@ -80,7 +80,7 @@ def to_frame(fits: list[FittedModel]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=SCHEMA, strict=False)
 
 
-def write(layout: Layout, fits: list[FittedModel]) -> str:
+def write_fits(layout: Layout, fits: list[FittedModel]) -> str:
     """Replace the cost_models table (always written, empty when nothing could be fitted)."""
     return write_derived(layout, TABLE, to_frame(fits))
 
@@ -132,7 +132,7 @@ def from_frame(df: pl.DataFrame) -> dict[GroupKey, FittedModel]:
     return out
 
 
-def load(
+def load_fits(
     layout: Layout, con: duckdb.DuckDBPyConnection | None = None
 ) -> dict[GroupKey, FittedModel]:
     """The fitted models in the warehouse (empty when ``pipeline fit`` has not run)."""

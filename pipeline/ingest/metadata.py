@@ -147,7 +147,7 @@ def is_manifest(path: Path) -> bool:
     return path.name == "run.toml" or path.name.endswith(".run.toml")
 
 
-def apply(df: pl.DataFrame, values: dict[str, object]) -> pl.DataFrame:
+def apply_metadata(df: pl.DataFrame, values: dict[str, object]) -> pl.DataFrame:
     """Fill nulls of metadata columns with the given values."""
     if not values or df.height == 0:
         return df

@@ -486,7 +486,7 @@ class Ingestor:
             last_line = int(out.quarantine["line"].max() or 0)
         if out.requests is not None and out.requests.height:
             req = out.requests.with_columns(pl.col("run_id").fill_null(ctx.default_run_id))
-            req = metadata.apply(req, fill)
+            req = metadata.apply_metadata(req, fill)
             c["read"] += req.height
             last_line = max(last_line, int(req["source_line"].max() or 0))
             req, dups = dedup.split(req)

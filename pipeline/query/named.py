@@ -52,7 +52,7 @@ def queries_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     raise QueryError("no queries/ folder found; pass --queries-dir or set PIPELINE_QUERIES")
 
 
-def parse(path: Path) -> NamedQuery:
+def parse_query(path: Path) -> NamedQuery:
     sql = path.read_text()
     description, params, docs = "", {}, {}
     for line in sql.splitlines():
@@ -68,10 +68,10 @@ def parse(path: Path) -> NamedQuery:
 
 def all_queries(directory: Path | None = None) -> list[NamedQuery]:
     d = directory or queries_dir()
-    return [parse(p) for p in sorted(d.glob("*.sql"))]
+    return [parse_query(p) for p in sorted(d.glob("*.sql"))]
 
 
-def load(name: str, directory: Path | None = None) -> NamedQuery:
+def load_query(name: str, directory: Path | None = None) -> NamedQuery:
     d = directory or queries_dir()
     path = d / f"{name}.sql"
     if not path.is_file():
@@ -81,7 +81,7 @@ def load(name: str, directory: Path | None = None) -> NamedQuery:
         close = difflib.get_close_matches(name, names, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise QueryError(f"no query named {name!r} in {d}{hint} (`pipeline query --list`)")
-    return parse(path)
+    return parse_query(path)
 
 
 def coerce(value: str) -> object:

@@ -58,7 +58,7 @@ def _json_default(v: object) -> object:
     return str(v)
 
 
-def write(t: pa.Table, fmt: str, out: Path | None) -> None:
+def write_result(t: pa.Table, fmt: str, out: Path | None) -> None:
     if fmt == "parquet":
         if out is None:
             raise ValueError("--format parquet needs --out FILE")

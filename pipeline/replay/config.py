@@ -135,7 +135,7 @@ class WhatIf(_Strict):
         return WhatIf.model_validate(data)
 
 
-def load(path: str | Path | None) -> WhatIf:
+def load_whatif(path: str | Path | None) -> WhatIf:
     """Read a whatif.toml (None: an empty configuration, i.e. replay as recorded)."""
     if path is None:
         return WhatIf()

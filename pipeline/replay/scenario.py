@@ -181,7 +181,7 @@ def _engine_config(
     return cfg, static_batch, reserve, limit
 
 
-def resolve(
+def resolve_scenario(
     w: WhatIf,
     workload: RecordedWorkload,
     fits: dict[GroupKey, FittedModel] | None = None,

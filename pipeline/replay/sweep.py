@@ -21,7 +21,7 @@ import polars as pl
 from pipeline.fit.core import FittedModel, GroupKey
 from pipeline.replay.config import WhatIf
 from pipeline.replay.result import simulate_scenario
-from pipeline.replay.scenario import resolve
+from pipeline.replay.scenario import resolve_scenario
 from pipeline.replay.workload import RecordedWorkload
 
 ALIASES = {
@@ -50,7 +50,7 @@ def _value(text: str) -> Any:
     return t
 
 
-def parse(spec: str) -> tuple[str, list[Any]]:
+def parse_sweep(spec: str) -> tuple[str, list[Any]]:
     key, sep, values = spec.partition("=")
     key = key.strip()
     if not sep or not key or not values.strip():
@@ -62,7 +62,7 @@ def parse(spec: str) -> tuple[str, list[Any]]:
     return key, vals
 
 
-def apply(w: WhatIf, key: str, value: Any, workload: RecordedWorkload) -> WhatIf:
+def apply_sweep_value(w: WhatIf, key: str, value: Any, workload: RecordedWorkload) -> WhatIf:
     if key in ("gpus", "gpu_count"):
         tp = w.deployment.tp or int(workload.recorded.get("gpu_count") or 1)
         if int(value) % tp:
@@ -80,7 +80,7 @@ def apply(w: WhatIf, key: str, value: Any, workload: RecordedWorkload) -> WhatIf
     return w.with_value(ALIASES.get(key, key), value)
 
 
-def run(
+def run_sweep(
     w: WhatIf,
     workload: RecordedWorkload,
     fits: dict[GroupKey, FittedModel],
@@ -94,7 +94,7 @@ def run(
     """The sweep table and the cheapest row that meets the SLO (None if none does)."""
     rows = []
     for v in values:
-        sc = resolve(apply(w, key, v, workload), workload, fits, calibrations)
+        sc = resolve_scenario(apply_sweep_value(w, key, v, workload), workload, fits, calibrations)
         res = simulate_scenario(sc, workload, record_steps=False)
         s = res.summary(slo_ttft, slo_tpot)
         meets = s["slo_attainment"] >= attainment and s["refused"] == 0

@@ -15,7 +15,7 @@ def _pct(v: np.ndarray, q: float) -> float:
     return float(np.percentile(v, q)) if len(v) else float("nan")
 
 
-def compare(res: ReplayResult) -> pl.DataFrame | None:
+def compare_with_observed(res: ReplayResult) -> pl.DataFrame | None:
     """One row per metric and percentile: observed, replayed, relative error; None when the
     workload has no observed latencies (an arrivals trace, or a scaled / truncated replay)."""
     obs = res.workload.observed

@@ -83,7 +83,7 @@ def _frame(
     return conform_requests(df)
 
 
-def write(layout: Layout, res: ReplayResult, run_id: str, key: str) -> dict[str, Any]:
+def write_replay(layout: Layout, res: ReplayResult, run_id: str, key: str) -> dict[str, Any]:
     """Commit the replay (idempotent on ``key``); returns counts and whether it was written."""
     layout.ensure()
     if layout.manifest_file(key).exists():

@@ -17,7 +17,7 @@ from pipeline.engines import Engine, open_engine
 from pipeline.report import index, page
 from pipeline.report.context import Context, Options, open_period_engine, plain
 from pipeline.report.html import Section
-from pipeline.report.period import Period, previous, resolve
+from pipeline.report.period import Period, previous, resolve_period
 from pipeline.report.sections import ORDER
 from pipeline.warehouse.layout import Layout
 from pipeline.warehouse.views import connect, derived_tables
@@ -64,10 +64,10 @@ class ReportResult:
 
 def bounds(layout: Layout, engine: Engine | None = None) -> Bounds:
     """The warehouse's arrivals (``engine``: an unfiltered engine over it; default DuckDB)."""
-    from pipeline.query.named import load, run_named
+    from pipeline.query.named import load_query, run_named
 
     if engine is None:
-        row = plain(pl.from_arrow(run_named(connect(layout), load("report_bounds"))))  # type: ignore[arg-type]
+        row = plain(pl.from_arrow(run_named(connect(layout), load_query("report_bounds"))))  # type: ignore[arg-type]
     else:
         row = plain(engine.named("report_bounds"))
     r = row.row(0, named=True)
@@ -169,7 +169,7 @@ def _build(  # type: ignore[no-untyped-def]
             f"the warehouse {layout.root} holds no requests and no run summaries; ingest logs first"
         )
     if period is None:
-        period = resolve(since, until, b.last, now)
+        period = resolve_period(since, until, b.last, now)
         if since is not None or until is not None:
             _data_in(period, b)  # a period the user asked for, past the data: an error
     prev = previous(period, compare_with)
@@ -191,7 +191,7 @@ def _build(  # type: ignore[no-untyped-def]
         f"SLO: TTFT ≤ {options.slo_ttft * 1000:g} ms, TPOT ≤ {options.slo_tpot * 1000:g} ms · "
         f"regression threshold {options.regression * 100:g} %",
     ]
-    html = page.render(title, sub, sections, ctx.charts)
+    html = page.render_page(title, sub, sections, ctx.charts)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = file_stem(shown)
     path = out_dir / f"{stem}.html"
@@ -211,7 +211,7 @@ def _build(  # type: ignore[no-untyped-def]
     }  # fmt: skip
     _atomic_write(path, html)
     _atomic_write(out_dir / f"{stem}.json", json.dumps(summary, indent=1, default=str) + "\n")
-    index.write(out_dir)
+    index.write_index(out_dir)
     return ReportResult(path, summary)
 
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from pipeline.engines import Engine, open_engine
 from pipeline.engines.base import normalize
-from pipeline.query.named import load
+from pipeline.query.named import load_query
 from pipeline.report.html import esc
 from pipeline.report.period import Period
 from pipeline.warehouse.layout import Layout
@@ -172,7 +172,7 @@ class Context:
         key = (name, tuple(sorted((params or {}).items())), prev)
         if key not in self._cache:
             given = {k: str(v) for k, v in (params or {}).items()}
-            self._cache[key] = self._frame(eng.named_arrow(load(name), given))
+            self._cache[key] = self._frame(eng.named_arrow(load_query(name), given))
         return self._cache[key]
 
     def slo_params(self) -> dict[str, float]:

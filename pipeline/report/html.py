@@ -43,7 +43,7 @@ def ms(v: object) -> str:
     return "–" if _missing(v) else f"{float(v) * 1000:,.1f}"  # type: ignore[arg-type]
 
 
-def num(v: object, digits: int = 0) -> str:
+def fmt_num(v: object, digits: int = 0) -> str:
     if _missing(v):
         return "–"
     return f"{float(v):,.{digits}f}" if digits else f"{round(float(v)):,}"  # type: ignore[arg-type]

@@ -48,7 +48,7 @@ def _row(m: dict) -> str:
     return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
-def write(out_dir: Path) -> Path:
+def write_index(out_dir: Path) -> Path:
     rows = "".join(_row(m) for m in entries(out_dir))
     html = (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

@@ -92,7 +92,7 @@ EMBED = """
 """
 
 
-def render(
+def render_page(
     title: str, subtitle: list[str], sections: list[Section], charts: dict[str, dict[str, Any]]
 ) -> str:
     nav = "".join(f'<a href="#{esc(s.id)}">{esc(s.title)}</a>' for s in sections)

@@ -90,7 +90,7 @@ def parse_time(text: str, now: dt.datetime | None = None) -> dt.datetime:
     return value.astimezone(UTC)
 
 
-def resolve(
+def resolve_period(
     since: str | None,
     until: str | None,
     latest: dt.datetime | None,

@@ -112,7 +112,7 @@ class Cron:
         raise CronError(f"{self.text!r} never fires (e.g. 31 in a month that has no day 31)")
 
 
-def parse(text: str) -> Cron:
+def parse_cron(text: str) -> Cron:
     expr = MACROS.get(text.strip().lower(), text.strip())
     parts = expr.split()
     if len(parts) != 5:

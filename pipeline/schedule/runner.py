@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.ingest.run import IngestOptions, ingest_paths, totals
-from pipeline.query.named import load, run_named
+from pipeline.query.named import load_query, run_named
 from pipeline.report import Options, build_report
 from pipeline.report.build import bounds, effective, file_stem, warehouse_version
 from pipeline.report.period import Period, aligned_window
@@ -54,14 +54,14 @@ def run_attribution(layout: Layout) -> str:
     from pipeline import attribution
 
     try:
-        req, _el, _cmp = attribution.run(layout, fit_if_missing=False)
+        req, _el, _cmp = attribution.attribute(layout, fit_if_missing=False)
     except Exception as exc:  # the report still says what it can without it
         return f"attribution failed ({type(exc).__name__}: {exc}); the report's why is partial"
     return f"attribution: {req.height:,} request(s) attributed"
 
 
 def _new_data_start(layout: Layout, files: list[Path]) -> dt.datetime | None:
-    con, q, first = connect(layout), load("report_file_span"), None
+    con, q, first = connect(layout), load_query("report_file_span"), None
     for f in files:
         row = run_named(con, q, {"source_file": str(f)}).to_pylist()[0]
         t = row["first_arrival"]

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from pipeline.schema.record import EXAMPLE_RECORD, RequestRecord
-from pipeline.schema.tables import DERIVED, PARTITIONED, TABLES, VIEWS, describe
+from pipeline.schema.tables import DERIVED, PARTITIONED, TABLES, VIEWS, describe_table
 
 
 def exported() -> dict[str, str]:
@@ -21,7 +21,7 @@ def exported() -> dict[str, str]:
         name: {
             "kind": "view" if name in VIEWS else ("derived" if name in DERIVED else "table"),
             "partitioned_by": ["day"] if name in PARTITIONED else [],
-            "columns": describe(name),
+            "columns": describe_table(name),
         }
         for name in [*TABLES, *DERIVED, *VIEWS]
     }
@@ -60,7 +60,7 @@ def _markdown(tables: dict) -> str:
     return "\n".join(out)
 
 
-def write(directory: Path) -> list[Path]:
+def write_schemas(directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     out = []
     for name, text in exported().items():

@@ -148,7 +148,7 @@ def arrow_schema(table: str) -> pa.Schema:
     )
 
 
-def describe(table: str) -> list[dict[str, str | bool]]:
+def describe_table(table: str) -> list[dict[str, str | bool]]:
     """Columns as plain dicts, for docs and the exported schema files."""
     if table in VIEWS:
         cols = [*VIEWS[table], PARTITION]

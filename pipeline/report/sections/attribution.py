@@ -67,7 +67,7 @@ def waterfall_frame(
     return out.with_columns((pl.col("end") - pl.col("start")).alias("delta"))
 
 
-def render(ctx: Context, frame: pl.DataFrame, metric: str = "metric") -> str:
+def render_waterfall(ctx: Context, frame: pl.DataFrame, metric: str = "metric") -> str:
     """The waterfall chart and table for one metric's attribution frame."""
     before = _scalar(frame, "before")
     after = _scalar(frame, "after")
@@ -140,7 +140,7 @@ def section_from_frame(ctx: Context, frame: pl.DataFrame | None) -> Section:
     )
     for g in groups[:MAX_METRICS]:
         metric = str(g["metric"][0]) if "metric" in g.columns else "change"
-        parts.append(f"<h3>{esc(metric)}</h3>" + render(ctx, g, metric))
+        parts.append(f"<h3>{esc(metric)}</h3>" + render_waterfall(ctx, g, metric))
     from pipeline.report.sections.model import note
 
     # Counterfactuals are replays of the fitted model: say how accurate it was on this data.

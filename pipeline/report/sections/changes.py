@@ -13,7 +13,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipeline.report.context import Context
-from pipeline.report.html import Col, Section, esc, ms, num, pct, signed_pct, table
+from pipeline.report.html import Col, Section, esc, fmt_num, ms, pct, signed_pct, table
 from pipeline.report.sections.headline import headline_frame
 
 TAIL = 50  # requests beyond a percentile needed to judge its change
@@ -28,8 +28,8 @@ METRICS = (
     ("itl_p90", "ITL p90 (ms)", 1, ms),
     ("e2e_p90", "E2E p90 (ms)", 1, ms),
     ("failure_rate", "failed", 1, pct),
-    ("output_tokens_per_s", "output tok/s", -1, lambda v: num(v, 1)),
-    ("goodput_per_s", "goodput req/s", -1, lambda v: num(v, 2)),
+    ("output_tokens_per_s", "output tok/s", -1, lambda v: fmt_num(v, 1)),
+    ("goodput_per_s", "goodput req/s", -1, lambda v: fmt_num(v, 2)),
     ("slo_attainment", "SLO met", -1, pct),
 )
 
@@ -47,7 +47,7 @@ def _row(r: dict, label: str, col: str, a: float, b: float, change, verdict: str
     }  # fmt: skip
 
 
-def compare(cur: pl.DataFrame, prev: pl.DataFrame, threshold: float) -> pl.DataFrame:
+def compare_periods(cur: pl.DataFrame, prev: pl.DataFrame, threshold: float) -> pl.DataFrame:
     """One row per model x GPU x metric present in both periods, with change and verdict."""
     rows = []
     both = cur.join(prev, on=["model", "gpu"], how="inner", suffix="_prev")
@@ -94,7 +94,7 @@ def build(ctx: Context) -> Section:
         s.summary = {"regressions": None}
         return s
     threshold = ctx.options.regression
-    diff = compare(cur, prev, threshold)
+    diff = compare_periods(cur, prev, threshold)
     fmts = {m[0]: m[3] for m in METRICS}
     regress = diff.filter(pl.col("verdict") == "regression")
     shown = diff.with_columns(

@@ -6,7 +6,7 @@ import polars as pl
 
 from pipeline.report.context import Context
 from pipeline.report.efficiency import per_deployment, points
-from pipeline.report.html import Col, Section, esc, num, pct, table
+from pipeline.report.html import Col, Section, esc, fmt_num, pct, table
 
 
 def _flag(row: dict) -> str:
@@ -45,8 +45,8 @@ def _evidence(pts) -> str:  # type: ignore[no-untyped-def]
     if bad.is_empty():
         return ""
     items = "".join(
-        f"<li>{esc(r['series'])}, {esc(r['phase'])} bucket {esc(num(r['bucket'], 1))} "
-        f"({esc(num(r['requests']))} requests): MFU {esc(pct(r['mfu']))}, MBU "
+        f"<li>{esc(r['series'])}, {esc(r['phase'])} bucket {esc(fmt_num(r['bucket'], 1))} "
+        f"({esc(fmt_num(r['requests']))} requests): MFU {esc(pct(r['mfu']))}, MBU "
         f"{esc(pct(r['mbu']))}, assuming {esc(r['assumption'])}</li>"
         for r in bad.sort("mbu", descending=True).head(10).iter_rows(named=True)
     )
@@ -75,7 +75,7 @@ def build(ctx: Context) -> Section:
     cols = [
         Col("series", "deployment"),
         Col("phase", "phase"),
-        Col("requests", "requests", num, True),
+        Col("requests", "requests", fmt_num, True),
         Col("mfu", "MFU achieved", pct, True, css=_flag),
         Col("mbu", "MBU achieved", pct, True, css=_flag),
         Col("mfu_net", "MFU net of overheads", pct, True),
@@ -84,7 +84,7 @@ def build(ctx: Context) -> Section:
         Col("fit_mbu_text", "MBU fitted [95 %]", numeric=True),
         Col("mfu_max", "best-bucket MFU", pct, True),
         Col("mbu_max", "best-bucket MBU", pct, True),
-        Col("intensity", "FLOP/byte", lambda v: num(v, 1), True),
+        Col("intensity", "FLOP/byte", lambda v: fmt_num(v, 1), True),
     ]
     warn = _evidence(pts)
     note = (

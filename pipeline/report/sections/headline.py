@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipeline.report.context import Context
-from pipeline.report.html import Col, Section, esc, ms, num, pct, table
+from pipeline.report.html import Col, Section, esc, fmt_num, ms, pct, table
 
 LATENCY = ("ttft", "tpot", "itl", "e2e")
 MAX_SUMMARY_SERIES = 50  # model x GPU rows listed in the JSON summary
@@ -28,11 +28,11 @@ def _cards(df: pl.DataFrame) -> str:
     out_tok = int(df["output_tokens"].sum())
     good = int(df["good"].sum())
     items = [
-        ("requests", num(req)),
-        ("failed", f"{num(failed)} ({pct(failed / req if req else None)})"),
-        ("prompt tokens", num(df["prompt_tokens"].sum())),
-        ("output tokens", num(out_tok)),
-        ("output tok/s", num(out_tok / dur if dur and not _unclocked(df) else None, 1)),
+        ("requests", fmt_num(req)),
+        ("failed", f"{fmt_num(failed)} ({pct(failed / req if req else None)})"),
+        ("prompt tokens", fmt_num(df["prompt_tokens"].sum())),
+        ("output tokens", fmt_num(out_tok)),
+        ("output tok/s", fmt_num(out_tok / dur if dur and not _unclocked(df) else None, 1)),
         ("SLO attainment", pct(good / req if req else None)),
     ]
     cells = "".join(
@@ -58,16 +58,16 @@ def build(ctx: Context) -> Section:
     volume = [
         Col("model", "model"),
         Col("gpu", "GPU"),
-        Col("requests", "requests", num, True),
-        Col("errors", "errors", num, True),
-        Col("cancelled", "cancelled", num, True),
+        Col("requests", "requests", fmt_num, True),
+        Col("errors", "errors", fmt_num, True),
+        Col("cancelled", "cancelled", fmt_num, True),
         Col("failure_rate", "failed", pct, True),
-        Col("prompt_tokens", "prompt tok", num, True),
-        Col("output_tokens", "output tok", num, True),
-        Col("requests_per_s", "req/s", lambda v: num(v, 2), True),
-        Col("tool_requests_per_s", "req/s (tool's own)", lambda v: num(v, 2), True),
-        Col("output_tokens_per_s", "output tok/s", lambda v: num(v, 1), True),
-        Col("goodput_per_s", "goodput req/s", lambda v: num(v, 2), True),
+        Col("prompt_tokens", "prompt tok", fmt_num, True),
+        Col("output_tokens", "output tok", fmt_num, True),
+        Col("requests_per_s", "req/s", lambda v: fmt_num(v, 2), True),
+        Col("tool_requests_per_s", "req/s (tool's own)", lambda v: fmt_num(v, 2), True),
+        Col("output_tokens_per_s", "output tok/s", lambda v: fmt_num(v, 1), True),
+        Col("goodput_per_s", "goodput req/s", lambda v: fmt_num(v, 2), True),
         Col("slo_attainment", "SLO met", pct, True),
     ]
     latency = [Col("model", "model"), Col("gpu", "GPU")] + [

@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.report.context import Context
-from pipeline.report.html import Col, Section, esc, ms, num, table
+from pipeline.report.html import Col, Section, esc, fmt_num, ms, table
 from pipeline.report.sections.common import (
     dropped_note,
     label_expr,
@@ -304,10 +304,10 @@ def summary_sweeps(ctx: Context) -> tuple[str, dict]:
             k,
             [
                 Col("series", "sweep"),
-                Col("runs", "runs", num, True),
+                Col("runs", "runs", fmt_num, True),
                 Col("percentile", "percentile used"),
                 Col("base", "at the lowest rate (ms)", ms, True),
-                Col("knee_rate", "knee (req/s)", lambda v: "none" if v is None else num(v, 2)),
+                Col("knee_rate", "knee (req/s)", lambda v: "none" if v is None else fmt_num(v, 2)),
             ],
         )
         + '<p class="note">No per-request rows: the percentiles are the ones the tool wrote '
@@ -348,15 +348,15 @@ def build(ctx: Context) -> Section:
     )
 
     def knee(v: object) -> str:
-        return "none within the runs" if v is None else num(v, 2)
+        return "none within the runs" if v is None else fmt_num(v, 2)
 
     knee_table = table(
         k,
         [
             Col("series", "deployment"),
-            Col("runs", "runs", num, True),
-            Col("rate_lo", "lowest rate (req/s)", lambda v: num(v, 2), True),
-            Col("rate_hi", "highest rate (req/s)", lambda v: num(v, 2), True),
+            Col("runs", "runs", fmt_num, True),
+            Col("rate_lo", "lowest rate (req/s)", lambda v: fmt_num(v, 2), True),
+            Col("rate_hi", "highest rate (req/s)", lambda v: fmt_num(v, 2), True),
             Col("base_ttft_p90", "p90 TTFT at the lowest (ms)", ms, True),
             Col("knee_rate", "knee (req/s)", knee, True),
         ],

@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipeline.report.context import Context
-from pipeline.report.html import Col, Section, esc, ms, num, signed_pct, table
+from pipeline.report.html import Col, Section, esc, fmt_num, ms, signed_pct, table
 
 # A mean that differs by more than this from the tool's is flagged (percentiles are computed by
 # different rules in some tools: nearest-rank in GuideLLM, so they are not flagged).
@@ -34,7 +34,7 @@ def build(ctx: Context) -> Section:
         Col("tool", "tool"),
         Col("metric", "metric"),
         Col("tool_metric", "the tool's name for it"),
-        Col("requests", "requests", num, True),
+        Col("requests", "requests", fmt_num, True),
         Col("ours_s", "ours (ms)", ms, True),
         Col("theirs_s", "the tool's (ms)", ms, True),
         Col("difference", "difference", signed_pct, True, css=_flag),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipeline.report.context import Context
-from pipeline.report.html import Col, Section, esc, num, table
+from pipeline.report.html import Col, Section, esc, fmt_num, table
 
 ISSUES = (
     "no_wall_clock",
@@ -43,10 +43,10 @@ def _quarantine(ctx: Context) -> tuple[str, dict]:
     clock = int(by_reason.filter(pl.col("clock"))["records"].sum())
     cols = [
         Col("reason", "reason"),
-        Col("records", "records", num, True),
-        Col("files", "files", num, True),
+        Col("records", "records", fmt_num, True),
+        Col("files", "files", fmt_num, True),
         Col("example_file", "example file"),
-        Col("first_line", "first line", num, True),
+        Col("first_line", "first line", fmt_num, True),
     ]
     html = (
         f'<p data-quarantined="{total}">{esc(f"{total:,}")} quarantined record(s) in the '
@@ -81,13 +81,13 @@ def _runs(ctx: Context) -> tuple[str, dict]:
         Col("run_id", "run"),
         Col("source_format", "format"),
         Col("clock", "clock"),
-        Col("requests", "requests", num, True),
-        Col("no_wall_clock", "no wall clock", num, True),
-        Col("missing_model", "no model", num, True),
-        Col("missing_gpu", "no GPU", num, True),
-        Col("missing_gpu_count", "no GPU count", num, True),
-        Col("negative_times", "negative times", num, True),
-        Col("ok_without_ttft", "ok, no TTFT", num, True),
+        Col("requests", "requests", fmt_num, True),
+        Col("no_wall_clock", "no wall clock", fmt_num, True),
+        Col("missing_model", "no model", fmt_num, True),
+        Col("missing_gpu", "no GPU", fmt_num, True),
+        Col("missing_gpu_count", "no GPU count", fmt_num, True),
+        Col("negative_times", "negative times", fmt_num, True),
+        Col("ok_without_ttft", "ok, no TTFT", fmt_num, True),
     ]
     html = (
         f"<p>{flagged.height} of {runs.height} run(s) need attention: relative clocks cannot be "
@@ -108,7 +108,7 @@ def _errors(ctx: Context) -> tuple[str, dict]:
         Col("status", "status"),
         Col("error", "reason (numbers as N)"),
         Col("example", "example"),
-        Col("requests", "requests", num, True),
+        Col("requests", "requests", fmt_num, True),
     ]
     return "<h3>Failures</h3>" + table(err, cols, max_rows=20), {}
 

@@ -6,7 +6,7 @@ import altair as alt
 import polars as pl
 
 from pipeline.report.context import Context
-from pipeline.report.html import Col, Section, ms, num, pct, table
+from pipeline.report.html import Col, Section, fmt_num, ms, pct, table
 from pipeline.report.sections.common import label_expr, top_series
 
 PARTS = {"queue_mean": "queue", "prefill_mean": "prefill", "unattributed_mean": "unattributed"}
@@ -54,7 +54,7 @@ def build(ctx: Context) -> Section:
         Col("model", "model"),
         Col("gpu", "GPU"),
         Col("cohort", "requests"),
-        Col("requests", "n", num, True),
+        Col("requests", "n", fmt_num, True),
         Col("ttft_mean", "TTFT mean (ms)", ms, True),
         Col("queue_mean", "queue (ms)", ms, True),
         Col("prefill_mean", "prefill (ms)", ms, True),
