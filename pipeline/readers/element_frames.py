@@ -8,16 +8,33 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import polars as pl
 
 from pipeline.readers import json_elements as je
-from pipeline.readers.base import RAW_LIMIT, InputError
+from pipeline.readers.base import RAW_LIMIT, InputError, ReadContext
 from pipeline.readers.json_text import compact_json, decode_text
-from pipeline.readers.vllm_bench import Source
+from pipeline.readers.vllm_bench import Source, open_source
 
 KEY_SAMPLE = 1000  # records_frame takes the columns from the first 1000 records of a list
+T = TypeVar("T")
+
+
+def located(ctx: ReadContext, find: Callable[[Source], T | None]) -> T | None:
+    """``find`` run on the file opened for streaming (a compressed one spilled decompressed to
+    a temporary file). None, with the file closed, when ``find`` returns None or fails on
+    something the structural scan does not model: the caller's whole-document path then reads
+    the file and its errors stay what they always were. Otherwise the caller closes it."""
+    src = open_source(ctx)
+    try:
+        found = find(src)
+    except Exception:
+        found = None
+    if found is None:
+        src.close()
+    return found
 
 
 def sample_schema(arr: je.ElementArray) -> dict[str, pl.DataType] | None:

@@ -36,7 +36,7 @@ from pipeline.readers.frames import (
 from pipeline.readers.json_text import decode_text, load_json
 from pipeline.readers.sniff import head_text
 from pipeline.readers.units import as_float
-from pipeline.readers.vllm_bench import Source, open_source, run_ids
+from pipeline.readers.vllm_bench import Source, run_ids
 
 PRIORITY = 41
 STATUS = {"successful": "ok", "errored": "error", "incomplete": "cancelled"}
@@ -94,14 +94,7 @@ def _plan(ctx: ReadContext) -> _Plan | None:
     """The streamed reading of a plain file, or None (compressed, or anything unusual: invalid
     JSON, no ``benchmarks`` list, a request array that is not one), so the whole-document path
     reads it and its errors and quarantine stay what they always were."""
-    src = open_source(ctx)  # a compressed file spilled decompressed to a temporary file
-    try:
-        plan = _locate(src)
-    except Exception:
-        plan = None  # the scan met something it does not model: the ordinary path decides
-    if plan is None:
-        src.close()
-    return plan
+    return ef.located(ctx, _locate)
 
 
 def _locate(src: Source) -> _Plan | None:

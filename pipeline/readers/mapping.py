@@ -53,11 +53,12 @@ from pipeline.readers.base import (
 )
 from pipeline.readers.columns import bad_count, cum_token_times, num, num_list, parse_datetime_utc
 from pipeline.readers.frames import empty_quarantine, records_frame, requests_frame, split_valid
+from pipeline.readers.json_elements import ElementArray
 from pipeline.readers.json_text import load_json
 from pipeline.readers.lines import iter_line_batches, parse_ndjson, rows_per_batch
 from pipeline.readers.sniff import has_suffix
 from pipeline.readers.units import UNIT_SECONDS
-from pipeline.readers.vllm_bench import COLUMNAR_MIN_BYTES, open_source
+from pipeline.readers.vllm_bench import COLUMNAR_MIN_BYTES, Source
 
 PRIORITY = 1000  # never sniffs: used only when a mapping file is given
 STREAM_MIN_BYTES = COLUMNAR_MIN_BYTES  # JSON documents this large (or compressed) are streamed
@@ -165,6 +166,13 @@ def _input_format(m: Mapping, path: Path) -> str:
     raise InputError(f"cannot tell the input format of {path.name}; set format in the mapping")
 
 
+def _records_array(src: Source, keys: list[str]) -> tuple[ElementArray, dict] | None:
+    """The mapping's records array and its columns, when the structural scan can stream it."""
+    arr = ef.array_at(src, keys)
+    schema = ef.sample_schema(arr) if arr is not None else None
+    return (arr, schema) if arr is not None and schema is not None else None
+
+
 def _csv_frame(df: pl.DataFrame) -> pl.DataFrame:
     """A CSV batch with ``_line`` (the row's line number when no field spans lines) and ``_raw``."""
     return df.with_columns(
@@ -257,20 +265,19 @@ class MappingReader:
                 yield *parse_ndjson(nums, texts, cols), False
         else:
             big = compression(ctx.path) is not None or ctx.path.stat().st_size >= STREAM_MIN_BYTES
-            src = open_source(ctx) if big else None
-            try:
-                arr = ef.array_at(src, m.records.split(".") if m.records else []) if src else None
-                schema = ef.sample_schema(arr) if arr is not None else None
-                if arr is not None and schema is not None:
+            keys = m.records.split(".") if m.records else []
+            found = ef.located(ctx, lambda src: _records_array(src, keys)) if big else None
+            if found is not None:
+                arr, schema = found
+                try:
                     for first, chunk, is_obj in arr.batches(max_rows=ctx.batch_rows):
                         df = ef.batch_frame(chunk, is_obj, schema, lambda: load_json(ctx))
                         del chunk
                         lines = pl.int_range(first + 1, first + 1 + df.height, eager=True)
                         yield df.with_columns(lines.cast(pl.Int64).alias("_line")), empty, True
-                    return
-            finally:
-                if src is not None:
-                    src.close()
+                finally:
+                    arr.src.close()
+                return
             doc: Any = load_json(ctx)
             if m.records:
                 for part in m.records.split("."):

@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.readers import element_frames as ef
 from pipeline.readers import json_elements as je
 from pipeline.readers.base import InputError, ReadContext
 from pipeline.readers.json_text import decode_text
-from pipeline.readers.vllm_bench import Source, open_source
+from pipeline.readers.vllm_bench import Source
 
 # Levels kept by the scan: payload {0} > resourceSpans [1] > resource-spans {2} > scopeSpans [3]
 # > scope-spans {4} > spans [5] > the span objects' own braces and separating commas (6).
@@ -54,14 +55,7 @@ class Plan:
 
 def plan(ctx: ReadContext) -> Plan | None:
     """The streamed reading of the file, or None (the whole-document path reads it)."""
-    src = open_source(ctx)  # a compressed file is spilled decompressed to a temporary file
-    try:
-        found = _locate(src)
-    except Exception:
-        found = None  # the scan met something it does not model: the ordinary path decides
-    if found is None:
-        src.close()
-    return found
+    return ef.located(ctx, _locate)
 
 
 def _locate(src: Source) -> Plan | None:
