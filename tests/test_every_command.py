@@ -36,7 +36,7 @@ def _commands(wh: Path, out: Path, logs: Path) -> list[list[str]]:
         ["report", *w, "--out-dir", str(out), "--since", "2001-01-01", "--until", "2001-01-02"],
         ["replay", "--workload", "no-such-run", *w, "--no-write"],
         ["run", "--logs", str(logs), *w, "--out-dir", str(out)],
-        ["schemas", "--check", "--dir", str(REPO / "schemas")],
+        ["schemas", "--check", "--out-dir", str(REPO / "schemas")],
         ["formats"],
     ]
 

@@ -13,6 +13,7 @@ from pipeline.commands._common import (
     profile_option,
     warehouse_option,
 )
+from pipeline.commands.options import output_options
 from pipeline.engines import EngineError
 from pipeline.errors import DataError, UserError
 
@@ -37,6 +38,7 @@ from pipeline.errors import DataError, UserError
     "read and summarised; `pipeline validate --profile` replays with it beside the log-fitted model"
 )
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+@output_options()
 @engine_option("Engine for the fit's SQL (spark: only each group's selection comes back)")
 def command(
     warehouse: str | None,
@@ -45,6 +47,8 @@ def command(
     calibrate: bool,
     profile_dir: str | None,
     quiet: bool,
+    fmt: str,
+    out,
     engine: str,
 ) -> None:
     """Fit MFU, MBU and overheads per GPU x model x GPU count x engine configuration.
@@ -52,12 +56,14 @@ def command(
     Rebuilds the batch of every engine step from per-token times (or from the requests in
     flight when there are none), fits a prefill and a decode step-time model with a robust
     (Huber) estimator, and writes the `cost_models` table (and `claims`). Other stages read it
-    with `pipeline.fit.load(layout)`.
+    with `pipeline.fit.load_fits(layout)`. With --format csv, json or parquet the `cost_models`
+    rows just written are printed (or written to --out) as well.
 
     \b
     Example:
       pipeline fit --warehouse warehouse/
       pipeline fit --warehouse warehouse/ --engine spark
+      pipeline fit -q --format csv --out cost_models.csv
       pipeline query cost_mfu_mbu
     """
     from pipeline.fit import fit_warehouse
@@ -68,10 +74,10 @@ def command(
         where = warehouse
     else:
         where = existing_layout(warehouse)
-    out = console(quiet)
+    say = console(quiet)
 
     def skipped(key, why: str) -> None:  # never silently: say which group and why
-        out.print(escape(f"fit: left out {key.model} on {key.gpu_count} x {key.gpu}: {why}"))
+        say.print(escape(f"fit: left out {key.model} on {key.gpu_count} x {key.gpu}: {why}"))
 
     try:
         fits = fit_warehouse(
@@ -80,10 +86,10 @@ def command(
     except EngineError as exc:
         raise DataError(str(exc)) from None
     if profile_dir is not None:
-        _profile(profile_dir, where, out)
+        _profile(profile_dir, where, say)
     calibrated = 0
     if calibrate and not isinstance(where, str):
-        calibrated = _calibrate(where, out)
+        calibrated = _calibrate(where, say)
     if not fits and not calibrated:
         # Exit 3 like every command with nothing to work on; the empty tables are still
         # written, so that queries reading them run.
@@ -91,8 +97,10 @@ def command(
             "fit: nothing fitted (every deployment was left out, see above); wrote an empty "
             "cost_models table"
         )
+    if fmt != "table":
+        _emit(fits, fmt, out)
     if not fits:
-        out.print("fit: no group had enough data for the step fit; wrote an empty cost_models")
+        say.print("fit: no group had enough data for the step fit; wrote an empty cost_models")
     for fm in fits:
         k = fm.key
         parts = [f"{k.model} on {k.gpu_count} x {k.gpu}"]
@@ -102,7 +110,22 @@ def command(
                     f"{p.phase}: MFU {_eff(p.mfu)} MBU {_eff(p.mbu)} "
                     f"step {p.step_overhead * 1e3:.2f} ms, n {p.n}, MAPE {p.mape_test:.1%}"
                 )
-        out.print(" | ".join(parts))
+        say.print(" | ".join(parts))
+
+
+def _emit(fits, fmt: str, out) -> None:  # type: ignore[no-untyped-def]
+    """The cost_models rows of this fit, as the table holds them."""
+    import json
+
+    from pipeline.fit.store import to_frame
+    from pipeline.query.output import write_result
+
+    frame = to_frame(fits)
+    if fmt == "json":
+        text = json.dumps(frame.to_dicts(), default=str)
+        click.echo(text) if out is None else out.write_text(text + "\n")
+        return
+    write_result(frame.to_arrow(), fmt, out)
 
 
 def _calibrate(layout, out) -> int:

@@ -32,7 +32,7 @@ def _rows() -> list[dict]:
 
 
 @click.command("formats")
-@output_options(("table", "json", "csv"), json_flag=True)
+@output_options(json_flag=True)
 def command(fmt: str, out: Path | None) -> None:
     """List the log formats `pipeline ingest` reads, what each carries, and the metadata it needs.
 
@@ -49,12 +49,13 @@ def command(fmt: str, out: Path | None) -> None:
         text = json.dumps(rows, indent=1)
         click.echo(text) if out is None else out.write_text(text + "\n")
         return
-    if fmt == "csv":
+    if fmt in ("csv", "parquet"):
         import polars as pl
 
+        from pipeline.query.output import write_result
+
         frame = pl.DataFrame(rows).with_columns(pl.col("needs_set").list.join(","))
-        text = frame.write_csv()
-        click.echo(text, nl=False) if out is None else out.write_text(text)
+        write_result(frame.to_arrow(), fmt, out)
         return
     t = Table(show_edge=False, header_style="bold", show_lines=True)
     for col in ("format", "rows", "tokens", "arrivals", "GPU/model", "--set"):

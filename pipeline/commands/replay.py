@@ -108,7 +108,7 @@ SUMMARY = ["requests", "refused", "preemptions", "gpus", "ttft_p50", "ttft_p90",
     help="Replay only the first N requests.",
 )
 @click.option("--no-write", is_flag=True, help="Simulate and print; write nothing.")
-@output_options(("table", "json"), out=False, json_flag=True)
+@output_options(json_flag=True)
 @duckdb_only("the simulator reads the workload and fits locally")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors and the tables.")
 def command(
@@ -125,6 +125,7 @@ def command(
     max_requests,
     no_write,
     fmt,
+    out,
     quiet,
 ) -> None:  # type: ignore[no-untyped-def]
     """Serve a workload again under a what-if configuration (GPU, TP, replicas, scheduler...).
@@ -136,8 +137,13 @@ def command(
     observed requests; the same replay twice writes once.
 
     \b
+    With --format csv or parquet one table is written: the sweep with --sweep, observed vs
+    replayed with --compare, else the replay's summary row; json holds all of them.
+
+    \b
     Examples:
       pipeline replay --workload run-a --compare
+      pipeline replay --workload run-a --compare --no-write --format csv --out compare.csv
       pipeline replay --workload run-a --config examples/whatif/h200-tp1.toml
       pipeline replay --workload azure-conv --config examples/whatif/disaggregated.toml \\
           --sweep pd_ratio=1:1,1:2,2:3 --slo-ttft 500ms --slo-tpot 50ms
@@ -155,7 +161,7 @@ def command(
     )
     from pipeline.replay import sweep as sweep_mod
 
-    out = console(quiet)
+    say = console(quiet)
     layout = layout_for(warehouse)
     try:
         whatif = load_whatif(config_path)
@@ -184,8 +190,8 @@ def command(
                 whatif, workload, fits, key, values, slo_ttft, slo_tpot, slo_attainment, cals
             )
             rows = table.to_dicts()
-            if fmt == "json":
-                click.echo(json.dumps({"sweep": rows, "cheapest": best}, default=str))
+            if fmt != "table":
+                _emit({"sweep": rows, "cheapest": best}, rows, fmt, out)
                 return
             cols = [key, "gpus", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90",
                     "tpot_p99", "throughput_rps", "goodput_rps", "slo_attainment", "gpu_hours",
@@ -208,28 +214,29 @@ def command(
         raise UserError(str(exc)) from None
     key = run_key(workload, scenario, whatif.workload.rate_scale)
     run_id = replay_run_id(scenario, key)
-    out.print(f"replay {run_id}: {workload.n} requests of {workload.run_id} "
+    say.print(f"replay {run_id}: {workload.n} requests of {workload.run_id} "
               f"({workload.kind}) on {scenario.gpus} x {scenario.gpu.name}, "
               f"{result.wall_s:.2f} s")  # fmt: skip
-    out.print(f"step times: {scenario.cost_text}")
+    say.print(f"step times: {scenario.cost_text}")
     for note in scenario.notes:
-        out.print(f"note: {note}")
+        say.print(f"note: {note}")
     written = None
     if not no_write:
         written = write_replay(layout, result, run_id, key)
         if written["status"] == "already":
-            out.print(f"already in {layout.root} (same workload and configuration)")
+            say.print(f"already in {layout.root} (same workload and configuration)")
         else:
-            out.print(f"wrote {written.get('requests', 0)} requests and {written.get('steps', 0)} "
+            say.print(f"wrote {written.get('requests', 0)} requests and {written.get('steps', 0)} "
                       f"steps to {layout.root}")  # fmt: skip
     summary = result.summary(slo_ttft, slo_tpot)
     cmp = compare_with_observed(result) if compare else None
-    if fmt == "json":
+    if fmt != "table":
         doc = {"run_id": run_id, "cost": scenario.cost_text, "summary": summary,
                "write": written, "scenario": scenario.describe()}  # fmt: skip
         if cmp is not None:
             doc["compare"] = cmp.to_dicts()
-        click.echo(json.dumps(doc, default=str))
+        rows = cmp.to_dicts() if cmp is not None else [{"run_id": run_id, **summary}]
+        _emit(doc, rows, fmt, out)
         return
     click.echo(_table(f"replayed {run_id}", [summary], SUMMARY[:13]))
     click.echo(_table("", [summary], SUMMARY[13:]))
@@ -245,6 +252,19 @@ def command(
                     ["metric", "percentile", "observed_s", "replayed_s", "error"],
                 )
             )
+
+
+def _emit(doc: dict, rows: list[dict], fmt: str, out) -> None:  # type: ignore[no-untyped-def]
+    """json: the whole ``doc``; csv / parquet: the one table ``rows`` (``--out`` or stdout)."""
+    if fmt == "json":
+        text = json.dumps(doc, default=str)
+        click.echo(text) if out is None else out.write_text(text + "\n")
+        return
+    import polars as pl
+
+    from pipeline.query.output import write_result
+
+    write_result(pl.DataFrame(rows, infer_schema_length=None).to_arrow(), fmt, out)
 
 
 def _calibrations(layout) -> list:

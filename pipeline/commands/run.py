@@ -7,9 +7,10 @@ from pathlib import Path
 
 import click
 
-from pipeline.commands._common import console, layout_for, warehouse_option
+from pipeline.commands._common import console, engine_option, layout_for, warehouse_option
 from pipeline.commands.options import deprecated, out_dir_option, reader_option
 from pipeline.commands.report import options_from, period_options
+from pipeline.engines import EngineError
 from pipeline.errors import DataError, UserError
 from pipeline.ingest.metadata import MetadataError, parse_sets
 from pipeline.ingest.run import IngestOptions
@@ -41,6 +42,7 @@ def run_options(f):
                          help="Metadata the logs lack, as for `pipeline ingest` (repeatable)."),
             reader_option,
             click.option("--format", "old_reader", default=None, hidden=True),
+            engine_option("Engine for the fit's and the reports' SQL (ingest runs in process)"),
         ]
     ):  # fmt: skip
         f = opt(f)
@@ -66,7 +68,7 @@ def _reader_alias(f):  # type: ignore[no-untyped-def]
 @click.command("run")
 @run_options
 @click.option("--quiet", "-q", is_flag=True, help="Print only the paths of new reports.")
-def command(logs, warehouse, out_dir, window, sets, reader, since, until, compare_with,
+def command(logs, warehouse, out_dir, window, sets, reader, engine, since, until, compare_with,
             slo_ttft, slo_tpot, regression, quiet):  # fmt: skip
     """Ingest new log files, fit the cost models, and write the reports they change.
 
@@ -79,6 +81,7 @@ def command(logs, warehouse, out_dir, window, sets, reader, since, until, compar
     Examples:
       pipeline run --logs /var/log/vllm --warehouse wh --out-dir reports/
       pipeline run --logs logs/ --window 1h --slo-ttft 500ms
+      pipeline run --logs logs/ --engine spark
     """
     if since or until:
         raise UserError("`pipeline run` picks its periods from --window; use `pipeline report` "
@@ -92,12 +95,14 @@ def command(logs, warehouse, out_dir, window, sets, reader, since, until, compar
     try:
         res = run_once(
             list(logs), layout_for(warehouse), out_dir, parse_window(window), options, compare_with,
-            ingest, say=lambda s: out_console.print(s),
+            ingest, say=lambda s: out_console.print(s), engine=engine,
         )  # fmt: skip
     except PeriodError as exc:
         raise UserError(str(exc)) from None
     except NothingToReport as exc:
         raise DataError(str(exc)) from None
+    except EngineError as exc:  # as in `pipeline report`
+        raise DataError(f"run {exc}") from None
     for note in res.notes:
         out_console.print(note)
     if res.status == "busy":

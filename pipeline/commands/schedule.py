@@ -46,7 +46,7 @@ def _forward(ctx: click.Context) -> list[str]:
     p["reader"] = p.get("reader") or p.get("old_reader")
     for path in p["logs"]:
         args += ["--logs", str(path)]
-    for name in ("warehouse", "out_dir", "window", "reader", "compare_with", "slo_ttft",
+    for name in ("warehouse", "out_dir", "window", "reader", "engine", "compare_with", "slo_ttft",
                  "slo_tpot"):  # fmt: skip
         if p.get(name) is not None:
             args += ["--" + name.replace("_", "-"), str(p[name])]

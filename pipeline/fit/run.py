@@ -187,7 +187,12 @@ def fit_all(
             skipped.append((key, NO_CLOCK))
             continue
         try:
-            fits.append(fit_group(con, key, limit))
+            fm = fit_group(con, key, limit)
+            if fm.prefill is None and fm.decode is None:  # a group fitted in name only
+                skipped.append((key, f"too few steps for a step fit ({n:,} requests with a clock; "
+                                     "each phase needs 20 steps)"))  # fmt: skip
+                continue
+            fits.append(fm)
         except catalog.UnknownName as exc:
             skipped.append((key, f"not in the catalog: {exc}"))
         except ValueError as exc:

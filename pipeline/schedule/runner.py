@@ -38,12 +38,12 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
 
 
-def run_fit(layout: Layout) -> str:
+def run_fit(layout: Layout, engine: str = "duckdb") -> str:
     """Fit the cost models; a one-line note of what happened."""
     from pipeline.fit import fit_warehouse
 
     try:
-        fits = fit_warehouse(layout)
+        fits = fit_warehouse(layout, engine=engine)
     except Exception as exc:  # a failed fit must not stop the report: it says what happened
         return f"fit failed ({type(exc).__name__}: {exc}); reporting without new cost models"
     return f"fit: {len(fits)} deployment(s) fitted"
@@ -102,7 +102,11 @@ def run_once(
     compare_with: str | None = None,
     ingest_options: IngestOptions | None = None,
     say: Callable[[str], None] = lambda s: None,
+    engine: str = "duckdb",
 ) -> RunResult:
+    """Ingest new files, fit and attribute when they changed anything, and build the reports of
+    the periods they touch. ``engine`` runs the fit's and the reports' SQL (as ``--engine`` on
+    `pipeline fit` / `pipeline report`); ingest and attribution run in process."""
     layout.ensure()
     with layout.lock("run", blocking=False) as got:
         if not got:
@@ -117,7 +121,7 @@ def run_once(
             res.notes.append("the warehouse has no requests yet; nothing to report")
             return res
         if new or "cost_models" not in derived_tables(layout):
-            res.fit = run_fit(layout)
+            res.fit = run_fit(layout, engine)
             say(res.fit)
         if new or "attribution_requests" not in derived_tables(layout):
             note = run_attribution(layout)
@@ -131,7 +135,7 @@ def run_once(
                 continue
             r = build_report(
                 layout, out_dir, compare_with=compare_with, options=options, period=period,
-                version=version,
+                version=version, engine=engine,
             )  # fmt: skip
             res.reports.append(r.path)
             say(f"report: {r.path}")
