@@ -30,10 +30,14 @@ _SCRIPT = textwrap.dedent(
     from pipeline.ingest.run import ingest_paths
     from pipeline.report import build_report
     from tests.fixtures.report_data import Spec, records
+    from pipeline.schema.export import write_schemas
     from pipeline.schema.record import METADATA_COLUMNS, RequestRecord
     from pipeline.schema.tables import arrow_schema
     from pipeline.warehouse.layout import Layout
     from pipeline.warehouse.views import connect
+
+    def _columns(tables):
+        return {t: [c["name"] for c in d["columns"]] for t, d in tables.items()}
 
     tmp = Path(sys.argv[1])
     out = {
@@ -43,6 +47,14 @@ _SCRIPT = textwrap.dedent(
         "schemas": {t: "region" in arrow_schema(t).names
                     for t in ("requests", "replay_requests", "cost_models", "calibration",
                               "validation")},
+    }
+    # The exported contract (JSON Schema, table JSON, the table docs) names it too.
+    exported = {p.name: p.read_text() for p in write_schemas(tmp / "schemas")}
+    tables = json.loads(exported["warehouse-tables.json"])
+    out["exported"] = {
+        "record": "region" in json.loads(exported["request-record.schema.json"])["properties"],
+        "tables": sorted(t for t, cols in _columns(tables).items() if "region" in cols),
+        "docs": "`region`" in exported["warehouse-tables.md"],
     }
     files = []
     for region in ("eu", "us"):  # the same traffic served in two regions: two deployments each
@@ -105,6 +117,10 @@ def test_a_new_key_part_needs_no_other_edit(tmp_path):
     assert "region" in out["group_key"]
     assert out["record"] and out["metadata"]
     assert out["schemas"] == dict.fromkeys(out["schemas"], True)
+    assert out["exported"]["record"] and out["exported"]["docs"]
+    assert {"requests", "cost_models", "calibration", "replay_requests"} <= set(
+        out["exported"]["tables"]
+    )
     # Two deployments (8B on H100, 70B on H200) in each region: four in the view and the fit.
     assert out["view"] == [["eu", 2], ["us", 2]]
     assert out["view_ids_name_it"] is True

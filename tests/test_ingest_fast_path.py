@@ -331,3 +331,34 @@ def test_a_batch_of_only_duplicates_then_more_rows(tmp_path, monkeypatch):
     layout = Layout(tmp_path / "wh")
     t = totals(ingest_paths([path], layout, IngestOptions()))
     assert (t["read"], t["ingested"], t["duplicates"], t["quarantined"]) == (30, 20, 10, 0)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    lines=st.lists(LINE, max_size=30),
+    chunk=st.integers(8, 200),
+    limit=st.integers(4, 120),
+    newline_at_end=st.booleans(),
+)
+def test_every_line_comes_out_once_and_only_long_ones_are_over_the_limit(
+    lines, chunk, limit, newline_at_end
+):
+    """Against str.split: each non-blank line is either in a chunk (its number, its bytes) or
+    reported over the limit (its number, its size), whatever the limit is beside the chunk size.
+    A limit below the chunk size once reported the whole rest of the file as one long line."""
+    text = "\n".join(lines) + ("\n" if newline_at_end and lines else "")
+    blocks = [text.encode()[i : i + 7] for i in range(0, len(text.encode()), 7)]
+    got = []
+    for it in iter_line_chunks(iter(blocks), chunk, limit):
+        if isinstance(it, LineChunk):
+            got += [("ok", int(n), it.line(i)) for i, n in enumerate(it.line_numbers)]
+        else:
+            got.append(("long", it.line_number, it.size))
+    want = []
+    for n, line in enumerate(text.split("\n"), 1):
+        b = line.encode()
+        if len(b) > limit:
+            want.append(("long", n, len(b)))
+        elif b.strip():
+            want.append(("ok", n, b))
+    assert got == want

@@ -69,7 +69,7 @@ def _forward(ctx: click.Context) -> list[str]:
 @click.option("--now", "run_now", is_flag=True, help="Also run once right away.")
 @run_options
 @click.pass_context
-def command(ctx, cron_text, utc, max_runs, run_now, **_):  # fmt: skip
+def command(ctx, cron_text, utc, max_runs, run_now, since, until, **_):  # fmt: skip
     """Run `pipeline run` in the foreground at every time the cron expression names.
 
     Each run is a separate process (a crash cannot stop the schedule) and takes the same
@@ -80,6 +80,9 @@ def command(ctx, cron_text, utc, max_runs, run_now, **_):  # fmt: skip
     Example:
       pipeline schedule --cron "0 * * * *" --logs /var/log/vllm --warehouse wh --out-dir reports/
     """
+    if since or until:  # refused here, not by every scheduled run
+        raise UserError("`pipeline schedule` runs `pipeline run`, which picks its periods from "
+                        "--window; use `pipeline report` for --since/--until")  # fmt: skip
     try:
         cron = parse_cron(cron_text)
     except CronError as exc:

@@ -117,17 +117,17 @@ def _chunks(blocks, chunk_bytes, max_line_bytes, state):
             with memoryview(pending) as view:
                 data = bytes(view[: cut + 1])  # one copy, not two
             del pending[: cut + 1]
-            chunk = _index(data, line_no)
-            if len(chunk.starts):
-                yield chunk
-            line_no += chunk.n_lines
+            items, n_lines = _split(data, line_no, max_line_bytes)
+            yield from (c for c in items if isinstance(c, OverlongLine) or len(c.starts))
+            line_no += n_lines
         state["line_no"] = line_no
     if skipping is not None:
         yield skipping
-    elif len(pending) > max_line_bytes:
-        yield OverlongLine(line_no, bytes(pending[:1024]), len(pending))
-    elif pending:
-        yield _index(bytes(pending), line_no)
+    elif pending:  # the last lines (several, or one unterminated over the limit)
+        items, _ = _split(bytes(pending), line_no, max_line_bytes)
+        last = items[-1]
+        yield from (c for c in items[:-1] if isinstance(c, OverlongLine) or len(c.starts))
+        yield last  # passed on even if blank, as before
 
 
 def _guard(blocks, state, on_error):
@@ -137,6 +137,29 @@ def _guard(blocks, state, on_error):
     except InputError:
         state["flush"] = on_error()
         raise
+
+
+def _split(
+    data: bytes, first_line: int, max_line_bytes: int
+) -> tuple[list[LineChunk | OverlongLine], int]:
+    """``data`` (whole lines) as LineChunks, with each line over ``max_line_bytes`` taken out as
+    an OverlongLine; and the number of lines in ``data``. A limit below the chunk size leaves
+    such lines inside a chunk: they are cut out here, by offsets, not by a loop per line."""
+    chunk = _index(data, first_line)
+    long = np.flatnonzero((chunk.ends - chunk.starts) > max_line_bytes)
+    if not len(long):
+        return [chunk], chunk.n_lines
+    items: list[LineChunk | OverlongLine] = []
+    prev, prev_line = 0, first_line
+    for i in long:  # one pass per over-long line, of which there are few
+        s, e, number = int(chunk.starts[i]), int(chunk.ends[i]), int(chunk.line_numbers[i])
+        if s > prev:
+            items.append(_index(data[prev:s], prev_line))
+        items.append(OverlongLine(number, data[s : s + 1024], e - s))
+        prev, prev_line = e + 1, number + 1
+    if prev < len(data):
+        items.append(_index(data[prev:], prev_line))
+    return items, chunk.n_lines
 
 
 def iter_file_chunks(
