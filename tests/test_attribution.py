@@ -306,10 +306,9 @@ def test_shares_hold_between_300_and_2000_replayed_requests(tmp_path):
     """Issue 12, point 4: shares of mean TTFT move by at most 10 points between --max-requests
     300 and 2000, on two generated runs of 2,000 requests (H100 and A100, different seeds:
     different drawn efficiencies and workloads), so the replayed sample really changes.
-    Measured: efficiency -3.8 % -> -14.6 % (10.8 points), hardware 96.2 -> 101.8 %, the rest
-    within 4.5 points. The issue's 10 is not met on this pair; the bound is the measured figure,
-    and the additive calibration term it replaced moved 24.2 points (efficiency), so the test
-    fails on it. With one seed for both runs (only the GPU differs) the move is 6.4 points."""
+    Measured: 7.6 points (efficiency -5.1 % -> -12.7 %, prompt 7.9 -> 11.5 %). The baseline's
+    sample replayed alone, with its own lengths, moved 10.3 points here (15.3 on seeds 5 / 6);
+    the additive calibration term before that, 24.2. Other pairs: docs/attribution.md."""
     from pipeline import attribution
     from pipeline.fit import fit_warehouse
     from pipeline.ingest.run import ingest_paths
@@ -334,4 +333,4 @@ def test_shares_hold_between_300_and_2000_replayed_requests(tmp_path):
         assert sum(abs(r["share"]) for r in rows) <= 2.0
         shares[n] = {r["factor"]: r["share"] for r in rows}
     for factor in shares[300]:
-        assert abs(shares[300][factor] - shares[2000][factor]) <= 0.11, factor
+        assert abs(shares[300][factor] - shares[2000][factor]) <= 0.10, factor

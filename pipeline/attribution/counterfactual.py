@@ -11,11 +11,13 @@ A *slice* is the successful requests a predicate selects. What it is made of:
   model does not explain (observed over simulated metric).
 
 A coalition says, per factor, whether it takes the baseline's or the candidate's value. Its
-metrics come from running the baseline's arrivals (the busiest server, first ``max_requests``)
-through :func:`pipeline.sim.simulate` -- the engine the generator uses -- with:
+metrics come from running a slice's sample of arrivals (the busiest server, first
+``max_requests``) through :func:`pipeline.sim.simulate` -- the engine the generator uses --
+once with the baseline's sample and once with the candidate's, averaged, with:
 
-* prompt/output lengths: each request keeps its rank and takes the other slice's value at that
-  quantile (so the joint prompt-output ranks and the arrival order are kept);
+* prompt/output lengths: each request keeps its rank and takes the source slice's whole
+  distribution's value at that quantile (so the joint prompt-output ranks and the arrival order
+  are kept);
 * load: the offered load as *utilisation* of the serving deployment's capacity (the slice's rate
   over the requests per second its own deployment completes when every request waits at t = 0):
   a coalition runs at the load slice's utilisation of the coalition's capacity, so swapping the
@@ -213,6 +215,7 @@ class Game:
 
     def __init__(self, b: Slice, c: Slice, active: list[str]) -> None:
         self.b, self.c, self.active = b, c, active
+        self.seq = b  # whose sample is replayed (values() averages over both slices')
         self.notes: list[str] = []
         self._cache: dict[int, np.ndarray] = {}
         self._caps: dict[tuple[int, ...], float] = {}
@@ -225,9 +228,10 @@ class Game:
         }
 
     def raw(self, mask: int) -> np.ndarray:
-        if mask not in self._cache:
-            self._cache[mask] = self._simulate(self.coalition(mask))
-        return self._cache[mask]
+        key = mask if self.seq is self.b else -1 - mask
+        if key not in self._cache:
+            self._cache[key] = self._simulate(self.coalition(mask))
+        return self._cache[key]
 
     @property
     def by_utilisation(self) -> bool:
@@ -244,7 +248,16 @@ class Game:
         return self._by_util
 
     def values(self) -> np.ndarray:
-        """Calibrated value of every coalition, shape (2^k, len(METRICS))."""
+        """Calibrated value of every coalition, shape (2^k, len(METRICS)): the mean over the
+        two slices' samples replayed (each calibrated to both observed endpoints)."""
+        out = []
+        for seq in (self.b, self.c):
+            self.seq = seq
+            out.append(self._values())
+        self.seq = self.b
+        return (out[0] + out[1]) / 2
+
+    def _values(self) -> np.ndarray:
         k = len(self.active)
         full = (1 << k) - 1
         raw = np.array([self.raw(m) for m in range(1 << k)])
@@ -269,18 +282,30 @@ class Game:
 
     # -- one simulation ------------------------------------------------------------------------
     def _lengths(self, s: dict[str, Slice]) -> tuple[np.ndarray, ...]:
-        b = self.b
-        prompt = b.base_prompt if s["prompt"] is b else _qmap(b.base_prompt, s["prompt"].prompt)
-        cached = b.base_cached
-        if s["prompt"] is not b:
-            frac = _qmap(b.base_cached / np.maximum(b.base_prompt, 1), s["prompt"].cached_frac)
-            cached = np.floor(frac * prompt)
-        output = b.base_output if s["output"] is b else _qmap(b.base_output, s["output"].output)
+        # The replayed requests give ranks and arrival order only: their lengths are always the
+        # source slice's whole distribution at each request's rank, the baseline's included.
+        # Keeping the sample's own lengths on the baseline side made the prompt factor carry
+        # the difference between the first max_requests and the whole slice (on generated
+        # H100 -> A100 pairs, the prompt share moved 12-15 points between 300 and 2,000).
+        b = self.seq
+        prompt = _qmap(b.base_prompt, s["prompt"].prompt)
+        frac = _qmap(b.base_cached / np.maximum(b.base_prompt, 1), s["prompt"].cached_frac)
+        cached = np.floor(frac * prompt)
+        output = _qmap(b.base_output, s["output"].output)
         return (
             np.maximum(prompt, 1).astype(np.int64),
             np.maximum(output, 1).astype(np.int64),
             cached.astype(np.int64),
         )
+
+    @property
+    def _sample_rate(self) -> float:
+        """Arrivals per second of the replayed requests, counted as the slice's rate is
+        (requests over first-to-last span), so that a sample that is the whole slice runs at
+        exactly its recorded gaps: near saturation a 0.1 % faster replay moved a share 7 points."""
+        a = self.seq.base_arrival
+        span = float(a.max() - a.min()) if len(a) > 1 else 0.0
+        return len(a) / span if span > 0 else self.seq.rate
 
     def utilisation(self, sl: Slice) -> float:
         """A slice's offered load as a share of its own deployment's capacity (its rate over
@@ -294,7 +319,7 @@ class Game:
         holds the arrivals' prefills and their decode steps shared by B sequences:
         1 / (prefill(mean prompt) + mean output x decode_step(B) / B). Analytic, so it does not
         depend on how many requests the replay takes (a burst's makespan would)."""
-        key = tuple(id(s[f]) for f in FACTORS if f not in ("load",))
+        key = (id(self.seq), *(id(s[f]) for f in FACTORS if f not in ("load",)))
         if key not in self._caps:
             prompt, output, cached = self._lengths(s)
             prompt, output, cached, config, cost = self._setup(s, prompt, output, cached)
@@ -311,7 +336,7 @@ class Game:
         return self._caps[key]
 
     def _simulate(self, s: dict[str, Slice]) -> np.ndarray:
-        b = self.b
+        b = self.seq
         prompt, output, cached = self._lengths(s)
         # Load is the load slice's raw rate, unless that would push some coalition's deployment
         # past saturation; then it is utilisation of each deployment's capacity (the rule of
@@ -321,7 +346,10 @@ class Game:
             rate = self.utilisation(s["load"]) * self._capacity(s)
         else:
             rate = s["load"].rate
-        arrival = b.base_arrival * (b.rate / rate) if rate > 0 else b.base_arrival
+        # The sample's own rate is scaled to the target, so that a coalition runs at the rate
+        # (or utilisation) it is meant to even when the first max_requests arrivals came
+        # faster or slower than the slice as a whole.
+        arrival = b.base_arrival * (self._sample_rate / rate) if rate > 0 else b.base_arrival
         setup = self._setup(s, prompt, output, cached)
         prompt, output, cached, config, cost = setup
         res = simulate(arrival, prompt, output, config, cost, cached_tokens=cached)
