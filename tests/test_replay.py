@@ -260,3 +260,37 @@ def test_example_configs_resolve(fitted):
         res = simulate_scenario(sc, w, record_steps=False)
         assert res.ok.sum() + (~res.ok).sum() == 50, path.name
         assert np.all(np.isfinite(res.finish[res.ok])), path.name
+
+
+def test_a_killed_replay_write_is_recovered_by_the_next_one(tmp_path):
+    """The one commit protocol (pipeline/warehouse/writer.py) for replay write-back: SIGKILL
+    after staging, before anything is published; the next replay removes the staged leftovers
+    itself, whichever replay it is (recovery used to wait for the next ingest), and the killed
+    one, run again, is written exactly once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    trace = tmp_path / "t.jsonl"
+    generate(GenerateSpec(requests=200, seed=3, token_times=False), trace)
+    layout = Layout(tmp_path / "wh")
+    ingest_paths([trace], layout)
+    cmd = [sys.executable, "-m", "pipeline", "replay", "--workload", "t", "-w", str(layout.root),
+           "-q"]  # fmt: skip
+    env = {**os.environ, "PIPELINE_TEST_CRASH_AT": "before_commit"}
+    killed = subprocess.run(cmd, env=env, capture_output=True, timeout=300, cwd=REPO)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    assert any(layout.staging_dir.iterdir())  # what the killed writer left
+    # Another replay (half the rate) clears the killed one's leftovers, not only its own.
+    other = subprocess.run([*cmd, "--rate-scale", "0.5"], capture_output=True, timeout=300,
+                           cwd=REPO)  # fmt: skip
+    assert other.returncode == 0, other.stderr.decode()[-2000:]
+    assert not any(layout.staging_dir.iterdir()) and not layout.orphans()
+    done = subprocess.run(cmd, capture_output=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    n = connect(layout).execute(
+        "SELECT count(DISTINCT run_id), count(*), count(DISTINCT (run_id, request_id)) "
+        "FROM replay_requests"
+    )
+    assert n.fetchone() == (2, 400, 400)

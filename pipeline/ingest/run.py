@@ -16,7 +16,6 @@ import hashlib
 import itertools
 import json
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +39,7 @@ from pipeline.readers.base import file_run_id as default_run_id
 from pipeline.readers.companions import companion_reason
 from pipeline.readers.registry import by_name, detect
 from pipeline.warehouse.layout import Layout
-from pipeline.warehouse.writer import StagedWrite
+from pipeline.warehouse.writer import StagedWrite, recover
 
 _TAGS = itertools.count()
 
@@ -520,34 +519,6 @@ class Ingestor:
             staged.add("run_summaries", _with_source(out.run_summaries, source, fmt))
             c["summaries"] += out.run_summaries.height
         return last_line
-
-
-def recover(layout: Layout) -> int:
-    """Delete what killed ingests left behind (unless their writer is still alive)."""
-    removed = 0
-    for sha16, files in layout.orphans().items():
-        with layout.lock(sha16) as got:
-            # Re-check under the lock: a live worker may have committed this file since we
-            # listed the orphans, and files its manifest now lists must not be deleted.
-            if not got:
-                continue
-            listed = {
-                str(layout.root / rel)
-                for m in (
-                    json.loads(p.read_text()) for p in layout.manifest_dir.glob(f"{sha16}*.json")
-                )
-                for rel in m.get("files", [])
-            }
-            for f in files:
-                if str(f) not in listed:
-                    f.unlink(missing_ok=True)
-                    removed += 1
-    if layout.staging_dir.exists():
-        for d in layout.staging_dir.iterdir():
-            with layout.lock(d.name) as got:
-                if got:
-                    shutil.rmtree(d, ignore_errors=True)
-    return removed
 
 
 # Files in a log folder that are documentation or generator ground truth, not logs.

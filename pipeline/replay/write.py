@@ -27,7 +27,7 @@ from pipeline.replay.result import ReplayResult
 from pipeline.sim.records import request_frame
 from pipeline.warehouse.derived import write_derived
 from pipeline.warehouse.layout import Layout
-from pipeline.warehouse.writer import StagedWrite
+from pipeline.warehouse.writer import StagedWrite, recover
 
 SOURCE_FORMAT = "replay"
 REQUESTS_TABLE = "replay_requests"
@@ -88,8 +88,10 @@ def write_replay(layout: Layout, res: ReplayResult, run_id: str, key: str) -> di
     layout.ensure()
     if layout.manifest_file(key).exists():
         return {"status": "already", "run_id": run_id}
-    # The commit protocol of ingest (pipeline/ingest/run.py): wait for the content's lock (a
-    # concurrent writer of the same replay finishes first), then re-check the manifest.
+    # The commit protocol of pipeline/warehouse/writer.py, as ingest runs it: recover what a
+    # killed writer left, wait for the content's lock (a concurrent writer of the same replay
+    # finishes first), then re-check the manifest.
+    recover(layout)
     with layout.lock(key[:16], blocking=True):
         if layout.manifest_file(key).exists():
             return {"status": "already", "run_id": run_id}

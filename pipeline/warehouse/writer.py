@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import shutil
@@ -177,3 +178,33 @@ def crash_point(name: str) -> None:
 
 def empty_table(table: str) -> pa.Table:
     return arrow_schema(table).empty_table()
+
+
+def recover(layout: Layout) -> int:
+    """Delete what killed writers (ingest, replay write-back) left behind: staged folders and
+    data files no manifest lists, unless their writer is still alive (holds its lock). The
+    recovery step of the one commit protocol; returns the data files removed."""
+    removed = 0
+    for sha16, files in layout.orphans().items():
+        with layout.lock(sha16) as got:
+            # Re-check under the lock: a live worker may have committed this file since we
+            # listed the orphans, and files its manifest now lists must not be deleted.
+            if not got:
+                continue
+            listed = {
+                str(layout.root / rel)
+                for m in (
+                    json.loads(p.read_text()) for p in layout.manifest_dir.glob(f"{sha16}*.json")
+                )
+                for rel in m.get("files", [])
+            }
+            for f in files:
+                if str(f) not in listed:
+                    f.unlink(missing_ok=True)
+                    removed += 1
+    if layout.staging_dir.exists():
+        for d in layout.staging_dir.iterdir():
+            with layout.lock(d.name) as got:
+                if got:
+                    shutil.rmtree(d, ignore_errors=True)
+    return removed
