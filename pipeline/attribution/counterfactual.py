@@ -217,7 +217,7 @@ class Game:
         self.b, self.c, self.active = b, c, active
         self.seq = b  # whose sample is replayed (values() averages over both slices')
         self.notes: list[str] = []
-        self._cache: dict[int, np.ndarray] = {}
+        self._cache: dict[tuple[bool, int], np.ndarray] = {}
         self._caps: dict[tuple[int, ...], float] = {}
         self._by_util: bool | None = None
 
@@ -228,7 +228,7 @@ class Game:
         }
 
     def raw(self, mask: int) -> np.ndarray:
-        key = mask if self.seq is self.b else -1 - mask
+        key = (self.seq is self.b, mask)
         if key not in self._cache:
             self._cache[key] = self._simulate(self.coalition(mask))
         return self._cache[key]

@@ -115,17 +115,14 @@ def command(
 
 def _emit(fits, fmt: str, out) -> None:  # type: ignore[no-untyped-def]
     """The cost_models rows of this fit, as the table holds them."""
-    import json
-
     from pipeline.fit.store import to_frame
-    from pipeline.query.output import write_result
+    from pipeline.query.output import write_json, write_result
 
     frame = to_frame(fits)
     if fmt == "json":
-        text = json.dumps(frame.to_dicts(), default=str)
-        click.echo(text) if out is None else out.write_text(text + "\n")
-        return
-    write_result(frame.to_arrow(), fmt, out)
+        write_json(frame.to_dicts(), out)
+    else:
+        write_result(frame.to_arrow(), fmt, out)
 
 
 def _calibrate(layout, out) -> int:

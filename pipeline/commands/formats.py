@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -46,8 +45,9 @@ def command(fmt: str, out: Path | None) -> None:
     """
     rows = _rows()
     if fmt == "json":
-        text = json.dumps(rows, indent=1)
-        click.echo(text) if out is None else out.write_text(text + "\n")
+        from pipeline.query.output import write_json
+
+        write_json(rows, out, indent=1)
         return
     if fmt in ("csv", "parquet"):
         import polars as pl

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -130,8 +129,9 @@ def command(
     t = totals(results)
     if fmt == "json":
         doc = {"warehouse": str(layout.root), **t, "per_file": [_file_row(r) for r in results]}
-        text = json.dumps(doc)
-        click.echo(text) if out is None else out.write_text(text + "\n")
+        from pipeline.query.output import write_json
+
+        write_json(doc, out)
     elif fmt in ("csv", "parquet"):
         from pipeline.query.output import write_result
 

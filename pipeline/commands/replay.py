@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import click
@@ -256,15 +255,12 @@ def command(
 
 def _emit(doc: dict, rows: list[dict], fmt: str, out) -> None:  # type: ignore[no-untyped-def]
     """json: the whole ``doc``; csv / parquet: the one table ``rows`` (``--out`` or stdout)."""
+    from pipeline.query.output import write_json, write_rows
+
     if fmt == "json":
-        text = json.dumps(doc, default=str)
-        click.echo(text) if out is None else out.write_text(text + "\n")
-        return
-    import polars as pl
-
-    from pipeline.query.output import write_result
-
-    write_result(pl.DataFrame(rows, infer_schema_length=None).to_arrow(), fmt, out)
+        write_json(doc, out)
+    else:
+        write_rows(rows, fmt, out)
 
 
 def _calibrations(layout) -> list:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import click
-import polars as pl
 from rich.table import Table
 
 from pipeline.commands._common import (
@@ -86,14 +84,13 @@ def command(
                 raise UserError(f"--profile {profile_dir}: {exc}") from None
             rows += profile_rows(dep, rs, prof, cals[0].scheduler, cals[0].kv_tokens)
     write_validation(layout, rows)
-    if fmt == "json":
-        text = json.dumps(rows, default=_nan_none)
-        click.echo(text) if out is None else out.write_text(text + "\n")
-        return
-    if fmt in ("csv", "parquet"):
-        from pipeline.query.output import write_result
+    if fmt != "table":
+        from pipeline.query.output import write_json, write_rows
 
-        write_result(pl.DataFrame(rows, infer_schema_length=None).to_arrow(), fmt, out)
+        if fmt == "json":
+            write_json(rows, out, default=_nan_none)
+        else:
+            write_rows(rows, fmt, out)
         return
     _print(say, rows)
 

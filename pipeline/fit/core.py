@@ -204,8 +204,11 @@ def _phase_record(
     )
 
 
+MIN_STEPS = 20  # observations a phase's step fit needs
+
+
 def _enough(obs: pl.DataFrame | None) -> bool:
-    return obs is not None and obs.height >= 20
+    return obs is not None and obs.height >= MIN_STEPS
 
 
 def fit_observations(

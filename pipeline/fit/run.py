@@ -10,7 +10,7 @@ import polars as pl
 
 from pipeline import catalog
 from pipeline.engines import as_engine
-from pipeline.fit.core import FittedModel, GroupKey, fit_observations, unit_cost
+from pipeline.fit.core import MIN_STEPS, FittedModel, GroupKey, fit_observations, unit_cost
 from pipeline.fit.steps import (
     Requests,
     decode_windows,
@@ -190,7 +190,7 @@ def fit_all(
             fm = fit_group(con, key, limit)
             if fm.prefill is None and fm.decode is None:  # a group fitted in name only
                 skipped.append((key, f"too few steps for a step fit ({n:,} requests with a clock; "
-                                     "each phase needs 20 steps)"))  # fmt: skip
+                                     f"each phase needs {MIN_STEPS} steps)"))  # fmt: skip
                 continue
             fits.append(fm)
         except catalog.UnknownName as exc:

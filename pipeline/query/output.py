@@ -58,6 +58,24 @@ def _json_default(v: object) -> object:
     return str(v)
 
 
+def write_json(doc: object, out: Path | None, **dumps: object) -> None:
+    """A command's JSON document (not a table) on stdout, or in ``out``; one line unless
+    ``indent`` is given. ``dumps`` go to json.dumps (``default`` for values JSON lacks)."""
+    dumps.setdefault("default", _json_default)
+    text = json.dumps(doc, **dumps) + "\n"  # type: ignore[arg-type]
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        Path(out).write_text(text)
+
+
+def write_rows(rows: list[dict], fmt: str, out: Path | None) -> None:
+    """Rows of dicts (a command's result table) as csv or parquet, like :func:`write_result`."""
+    import polars as pl
+
+    write_result(pl.DataFrame(rows, infer_schema_length=None).to_arrow(), fmt, out)
+
+
 def write_result(t: pa.Table, fmt: str, out: Path | None) -> None:
     if fmt == "parquet":
         if out is None:
