@@ -294,3 +294,69 @@ def test_a_killed_replay_write_is_recovered_by_the_next_one(tmp_path):
         "FROM replay_requests"
     )
     assert n.fetchone() == (2, 400, 400)
+
+
+@pytest.mark.parametrize("patch", [{}, {"disaggregation": {"enabled": True}}])
+def test_written_token_times_are_the_simulated_emissions(fitted, tmp_path, patch):
+    """Every replayed request's stored token times are the simulation's emission times minus
+    its arrival, exactly (computed here with np.repeat, which the write-back no longer uses),
+    colocated and disaggregated; the first is the row's TTFT and the last its E2E."""
+    import pyarrow.parquet as pq
+
+    layout, _ = fitted
+    w = load_workload("mid", layout)
+    sc = resolve_scenario(WhatIf.model_validate({"name": "tt", **patch}), w, load_fits(layout))
+    res = simulate_scenario(sc, w)
+    expected = {}
+    for g, offs, times in res.token_chunks():
+        rel = times - np.repeat(w.arrival[g], np.diff(offs))
+        for j, i in enumerate(g.tolist()):
+            expected[w.request_id[i]] = rel[offs[j] : offs[j + 1]].tolist()
+    out = Layout(tmp_path / "wh")
+    key = run_key(w, sc, 1.0)
+    assert write_replay(out, res, replay_run_id(sc, key), key)["status"] == "written"
+    sql = "SELECT request_id, token_times, ttft_s, e2e_s FROM replay_requests WHERE status='ok'"
+    rows = connect(out).execute(sql).fetchall()
+    assert len(rows) == len(expected) == int(res.ok.sum()) > 1000
+    for rid, tt, ttft, e2e in rows:
+        assert tt == expected[rid], rid
+        # ttft_s / e2e_s come from the stored timestamps (microseconds, both ends rounded).
+        assert abs(tt[0] - ttft) <= 2e-6 and abs(tt[-1] - e2e) <= 2e-6, rid
+    # The times are byte-stream-split: the option has to name the list's leaf column, and
+    # keyed by the list's name it was silently ignored (PLAIN, 1.5x the bytes).
+    part = next((out.root / "replay_requests").rglob("*.parquet"))
+    meta = pq.ParquetFile(part).metadata.row_group(0)
+    cols = {meta.column(c).path_in_schema: meta.column(c) for c in range(meta.num_columns)}
+    assert "BYTE_STREAM_SPLIT" in cols["token_times.list.element"].encodings
+    assert {c.compression for c in cols.values()} == {"SNAPPY"}
+
+
+def test_a_failed_replay_write_leaves_nothing_and_no_thread(fitted, tmp_path, monkeypatch):
+    """The steps table is written on its own thread while the requests stream. If the requests
+    fail, that thread is waited for, nothing is committed, and the next write is complete."""
+    import threading
+
+    import pipeline.replay.write as replay_write
+
+    layout, _ = fitted
+    w = load_workload("mid", layout)
+    sc = resolve_scenario(WhatIf(name="fail"), w, load_fits(layout))
+    res = simulate_scenario(sc, w)
+    out = Layout(tmp_path / "wh")
+    key = run_key(w, sc, 1.0)
+
+    def broken(*a, **k):
+        raise OSError("disk full")
+
+    real = replay_write._frame
+    monkeypatch.setattr(replay_write, "_frame", broken)
+    with pytest.raises(OSError, match="disk full"):
+        write_replay(out, res, replay_run_id(sc, key), key)
+    assert not [t for t in threading.enumerate() if t.name.startswith("replay-steps")]
+    assert not out.manifest_file(key).exists() and not any(out.staging_dir.iterdir())
+    monkeypatch.setattr(replay_write, "_frame", real)
+    done = write_replay(out, res, replay_run_id(sc, key), key)
+    assert done["status"] == "written" and done["steps"] == res.pools["main"].engine_steps
+    con = connect(out)
+    assert con.execute("SELECT count(*) FROM replay_requests").fetchone() == (w.n,)
+    assert con.execute("SELECT count(*) FROM replay_steps").fetchone() == (done["steps"],)

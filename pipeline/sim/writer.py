@@ -21,7 +21,7 @@ import zstandard
 
 from pipeline.sim.disaggregated import DisaggregatedResult
 from pipeline.sim.records import request_frame
-from pipeline.sim.result import SimResult
+from pipeline.sim.result import SimResult, since
 
 if TYPE_CHECKING:
     from pipeline.sim.cluster import PoolResult
@@ -87,7 +87,7 @@ def write_jsonl(
             )
             if tokens is not None:
                 offsets, times = tokens
-                rel = _round(times - np.repeat(arrival[g], np.diff(offsets)))
+                rel = _round(since(times, offsets, arrival[g]))
                 lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(rel))
                 frame = frame.with_columns(pl.Series("token_times", lists))
             buf = io.BytesIO()
