@@ -26,6 +26,7 @@ import os
 import resource
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -89,9 +90,11 @@ def bench_big(n: int, rate: float, do_write: bool) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             layout = Layout(Path(tmp) / "wh")
             key = run_key(w, sc, 1.0)
+            rss = _RssPeak()  # what the write-back adds on top of the replay result it holds
             t1 = time.perf_counter()
             counts = write_replay(layout, res, replay_run_id(sc, key), key)
             out["write_s"] = round(time.perf_counter() - t1, 2)
+            out["write_rss_growth_gb"] = rss.stop()
             out["write_vs_replay"] = round(out["write_s"] / sim_s, 1)
             out["tokens_written"] = counts["tokens"]
             out["peak_rss_after_write_gb"] = _peak_rss_gb()
@@ -121,6 +124,31 @@ def bench_big(n: int, rate: float, do_write: bool) -> dict:
             out["write_vs_duckdb_copy"] = round(out["write_s"] / out["duckdb_copy_s"], 2)
     out["peak_rss_gb"] = _peak_rss_gb()
     return out
+
+
+class _RssPeak:
+    """Peak resident set above its value at start, sampled every 20 ms on a thread."""
+
+    def __init__(self) -> None:
+        self.start = self.peak = _rss_gb()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.02):
+            self.peak = max(self.peak, _rss_gb())
+
+    def stop(self) -> float:
+        self._done.set()
+        self._thread.join()
+        return round(self.peak - self.start, 2)
+
+
+def _rss_gb() -> float:
+    with open("/proc/self/status") as fh:
+        kb = next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
+    return kb / 2**20
 
 
 def _peak_rss_gb() -> float:

@@ -72,3 +72,36 @@ def test_a_writer_waits_for_the_tables_lock(tmp_path):
         assert proc.poll() is None and _value(layout) == 1  # staged, waiting, not published
     assert proc.wait(timeout=120) == 0
     assert _value(layout) == 2 and _staged(layout) == []
+
+
+def test_a_declared_table_written_in_batches_is_the_same_table(tmp_path):
+    """Frames given one at a time (a replay's millions of steps) make the same file content as
+    the whole frame, each batch is held to the contract, and a bad batch publishes nothing."""
+    import pytest
+
+    from pipeline.replay.result import STEPS_SCHEMA
+    from pipeline.warehouse.derived import ContractError
+
+    layout = Layout(tmp_path / "wh")
+    n = 10
+
+    def column(name: str, dtype: pl.DataType) -> pl.Series:
+        if dtype == pl.String:
+            return pl.Series([f"{name}{i % 3}" for i in range(n)])
+        return pl.Series(range(n), dtype=dtype)
+
+    whole = pl.DataFrame({c: column(c, t) for c, t in STEPS_SCHEMA.items()})
+    write_derived(layout, "replay_steps", whole, part="one")
+    write_derived(layout, "replay_steps", (whole[i : i + 3] for i in range(0, n, 3)), part="b")
+    write_derived(layout, "replay_steps", iter(()), part="empty")
+    one = pl.read_parquet(layout.root / "replay_steps" / "one.parquet")
+    batched = pl.read_parquet(layout.root / "replay_steps" / "b.parquet")
+    assert batched.equals(one) and batched.height == n
+    assert pl.read_parquet(layout.root / "replay_steps" / "empty.parquet").schema == one.schema
+    bad = [whole[:3], whole[3:].drop("kv_blocks")]
+    with pytest.raises(ContractError, match="missing \\['kv_blocks'\\]"):
+        write_derived(layout, "replay_steps", iter(bad), part="bad")
+    assert not (layout.root / "replay_steps" / "bad.parquet").exists()
+    assert not list(layout.staging_dir.glob("derived-replay_steps-*"))
+    with pytest.raises(ContractError, match="only a declared table"):
+        write_derived(layout, "mine", iter([whole]))

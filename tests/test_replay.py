@@ -360,3 +360,16 @@ def test_a_failed_replay_write_leaves_nothing_and_no_thread(fitted, tmp_path, mo
     con = connect(out)
     assert con.execute("SELECT count(*) FROM replay_requests").fetchone() == (w.n,)
     assert con.execute("SELECT count(*) FROM replay_steps").fetchone() == (done["steps"],)
+
+
+def test_steps_come_in_bounded_frames_that_add_up_to_the_log(fitted):
+    layout, _ = fitted
+    w = load_workload("mid", layout)
+    res = simulate_scenario(resolve_scenario(WhatIf(name="st"), w, load_fits(layout)), w)
+    small = list(res.steps_frames("r", rows=1000))
+    assert max(f.height for f in small) == 1000 and len(small) > 3
+    whole = pl.concat(list(res.steps_frames("r", rows=1 << 40)))
+    assert pl.concat(small).equals(whole) and whole.height == res.pools["main"].engine_steps
+    st = res.pools["main"].steps[0]
+    assert whole["step"].to_list() == list(range(len(st["t_start"])))
+    assert whole["t_end_s"].to_numpy().tolist() == st["t_end"].astype(float).tolist()

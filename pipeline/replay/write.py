@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -162,9 +163,15 @@ def _write_locked(layout: Layout, res: ReplayResult, run_id: str, key: str) -> d
 
 
 def _write_steps(layout: Layout, res: ReplayResult, run_id: str, key: str) -> int:
-    steps = res.steps_frame(run_id)
-    write_derived(layout, STEPS_TABLE, steps, part=f"part-{key[:16]}")
-    return steps.height
+    rows = [0]
+
+    def counted() -> Iterator[pl.DataFrame]:
+        for frame in res.steps_frames(run_id):
+            rows[0] += frame.height
+            yield frame
+
+    write_derived(layout, STEPS_TABLE, counted(), part=f"part-{key[:16]}")
+    return rows[0]
 
 
 def _runs_row(res: ReplayResult, run_id: str, source: str) -> pl.DataFrame:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
@@ -55,14 +57,41 @@ def conform(name: str, df: pl.DataFrame | pa.Table) -> pa.Table:
 
 
 def write_derived(
-    layout: Layout, name: str, df: pl.DataFrame | pa.Table, part: str = "data"
+    layout: Layout,
+    name: str,
+    df: pl.DataFrame | pa.Table | Iterable[pl.DataFrame],
+    part: str = "data",
 ) -> str:
     """Replace <warehouse>/<name>/<part>.parquet with df; readers see old or new, never half.
 
     Tables declared in the contract are checked and written with their declared schema
-    (nullability and column docs included); others (a user's own) as they are."""
+    (nullability and column docs included); others (a user's own) as they are. ``df`` may be
+    an iterable of frames of a declared table (written as they come, in bounded memory: a
+    replay's millions of steps)."""
+    if not isinstance(df, pl.DataFrame | pa.Table):
+        if name not in DERIVED:
+            raise ContractError(f"{name}: only a declared table can be written in batches")
+        return _publish(layout, name, part, lambda path: _write_batches(name, df, path))
     if name in DERIVED:
         df = conform(name, df)  # a drifted producer fails before anything is staged
+    return _publish(layout, name, part, lambda path: _write_one(df, path))
+
+
+def _write_one(df: pl.DataFrame | pa.Table, path: Path) -> None:
+    if isinstance(df, pa.Table):
+        pq.write_table(df, path, compression="zstd")
+    else:
+        df.write_parquet(path, compression="zstd")
+
+
+def _write_batches(name: str, frames: Iterable[pl.DataFrame], path: Path) -> None:
+    schema = arrow_schema(name)
+    with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+        for frame in frames:
+            writer.write_table(conform(name, frame))  # each batch checked, as a whole frame is
+
+
+def _publish(layout: Layout, name: str, part: str, write: Callable[[Path], None]) -> str:
     layout.ensure()
     _recover(layout, name)
     tag = f"derived-{name}-{part}-{os.getpid()}"
@@ -71,10 +100,7 @@ def write_derived(
     with layout.lock(tag):  # ours alone; recover() skips a staging folder whose lock is held
         staged.parent.mkdir(parents=True, exist_ok=True)
         try:
-            if isinstance(df, pa.Table):
-                pq.write_table(df, staged, compression="zstd")
-            else:
-                df.write_parquet(staged, compression="zstd")
+            write(staged)
             with open(staged, "rb") as f:
                 os.fsync(f.fileno())
             crash_point("derived_before_publish")
