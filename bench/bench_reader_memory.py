@@ -18,6 +18,8 @@ FORMAT is one of:
   csv-gz  the same CSV, gzipped
   json    the same records as one JSON document ({"data": {"rows": [...]}}, the gaps as JSON
           lists) read through a mapping with records = "data.rows"
+  llmperf  llmperf's individual_responses.json: one JSON array of responses (durations and
+          token counts only; llmperf records no timestamps or per-token times)
 
 then measures, each in its own process:
 
@@ -50,6 +52,7 @@ EXT = {
     "csv": "csv",
     "csv-gz": "csv.gz",
     "json": "json",
+    "llmperf": "json",
     "otlp": "jsonl",
     "otlp-pretty": "json",
 }
@@ -167,6 +170,25 @@ def _json_records(df: pl.DataFrame) -> str:
     )
 
 
+def _llmperf_records(df: pl.DataFrame) -> str:
+    """llmperf's individual responses: durations and counts only (no timestamps, no tokens)."""
+    sec = lambda c: (pl.col(c) / 1000).cast(pl.Utf8)  # noqa: E731
+    rec = pl.concat_str(
+        [
+            pl.lit('{"error_code": null, "error_msg": "", "ttft_s": '),
+            sec("ttft_ms"),
+            pl.lit(', "end_to_end_latency_s": '),
+            sec("e2e_ms"),
+            pl.lit(', "number_input_tokens": '),
+            pl.col("input_tokens").cast(pl.Utf8),
+            pl.lit(', "number_output_tokens": '),
+            pl.col("output_tokens").cast(pl.Utf8),
+            pl.lit("}"),
+        ]
+    )
+    return df.select(rec.alias("r"))["r"].str.join(",\n").item()
+
+
 def write(path: Path, fmt: str, n: int) -> None:
     a = synth_arrays(n)
     tmp = path.with_suffix(".tmp")
@@ -174,7 +196,8 @@ def write(path: Path, fmt: str, n: int) -> None:
     with opener(tmp, "wt", encoding="utf-8") as f:
         if fmt.startswith("csv"):
             f.write("id,start_ms,ttft_ms,e2e_ms,input_tokens,output_tokens,gaps_ms\n")
-        f.write({"otlp-pretty": PRETTY_HEAD, "json": '{"data": {"rows": [\n'}.get(fmt, ""))
+        head = {"otlp-pretty": PRETTY_HEAD, "json": '{"data": {"rows": [\n', "llmperf": "[\n"}
+        f.write(head.get(fmt, ""))
         for k in range(0, n, CHUNK):
             df = _frame(a, k, CHUNK)
             sep = ",\n" if k else ""
@@ -189,6 +212,9 @@ def write(path: Path, fmt: str, n: int) -> None:
                 continue
             if fmt == "json":
                 f.write(sep + _json_records(df))
+                continue
+            if fmt == "llmperf":
+                f.write(sep + _llmperf_records(df))
                 continue
             ns = (pl.col("start_ms") * 1e6).cast(pl.Int64).cast(pl.Utf8)
             line = pl.concat_str(
@@ -212,7 +238,7 @@ def write(path: Path, fmt: str, n: int) -> None:
                 ]
             )
             f.write(df.select(line.alias("l"))["l"].str.join("\n").item() + "\n")
-        f.write({"otlp-pretty": PRETTY_TAIL, "json": "\n]}}\n"}.get(fmt, ""))
+        f.write({"otlp-pretty": PRETTY_TAIL, "json": "\n]}}\n", "llmperf": "\n]\n"}.get(fmt, ""))
     tmp.replace(path)
 
 

@@ -10,11 +10,14 @@ finish. The summary is a flat object: ``results_*`` numbers (min/max sometimes w
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
 
+from pipeline.files.sources import compression
+from pipeline.readers import element_frames as ef
 from pipeline.readers.base import (
     Capabilities,
     InputError,
@@ -30,11 +33,22 @@ from pipeline.readers.frames import (
     split_valid,
     summaries_frame,
 )
+from pipeline.readers.json_elements import ElementArray
 from pipeline.readers.json_text import load_json
 from pipeline.readers.sniff import head_text
 from pipeline.readers.units import as_float
+from pipeline.readers.vllm_bench import COLUMNAR_MIN_BYTES, Source
 
 PRIORITY = 40
+STREAM_MIN_BYTES = COLUMNAR_MIN_BYTES  # arrays this large (or compressed) are streamed
+
+
+def _records_array(src: Source) -> tuple[ElementArray, dict[str, pl.DataType]] | None:
+    """The document's top-level array and its columns, when the structural scan can stream it
+    (None for the summary object or anything unusual: the whole path reads those)."""
+    arr = ef.array_at(src, [])
+    schema = ef.sample_schema(arr) if arr is not None else None
+    return (arr, schema) if arr is not None and schema is not None else None
 
 
 class LlmperfReader:
@@ -64,6 +78,17 @@ class LlmperfReader:
         return False
 
     def read(self, ctx: ReadContext) -> Iterator[ReaderOutput]:
+        # A large (or compressed) array of responses is streamed a batch of elements at a time,
+        # as GuideLLM's and a mapping's arrays are; the tables are those of the whole path.
+        big = compression(ctx.path) is not None or ctx.path.stat().st_size >= STREAM_MIN_BYTES
+        found = ef.located(ctx, _records_array) if big else None
+        if found is not None:
+            arr, schema = found
+            try:
+                yield from self._streamed(ctx, arr, schema)
+            finally:
+                arr.src.close()
+            return
         doc = load_json(ctx)
         if isinstance(doc, list):
             yield self._individual(ctx, doc)
@@ -72,8 +97,27 @@ class LlmperfReader:
         else:
             raise InputError(f"llmperf file is a JSON {type(doc).__name__}, not an array/object")
 
+    def _streamed(
+        self, ctx: ReadContext, arr: ElementArray, schema: dict[str, pl.DataType]
+    ) -> Iterator[ReaderOutput]:
+        runs = True
+        for first, chunk, is_obj in arr.batches(max_rows=ctx.batch_rows):
+            df = ef.batch_frame(chunk, is_obj, schema, lambda: load_json(ctx))
+            del chunk
+            lines = pl.int_range(first + 1, first + 1 + df.height, eager=True)
+            df = df.with_columns(lines.cast(pl.Int64).alias("_line"))
+            out = self._frame(ctx, df, runs)
+            if out.quarantine is not None:  # raw as the whole path re-dumps it
+                out = dataclasses.replace(out, quarantine=ef.redump_raw(out.quarantine, df))
+            runs = False
+            yield out
+        if runs:  # an empty array: its run, as the whole path gives it
+            yield self._individual(ctx, [])
+
     def _individual(self, ctx: ReadContext, records: list) -> ReaderOutput:
-        df = records_frame(records)
+        return self._frame(ctx, records_frame(records), runs=True)
+
+    def _frame(self, ctx: ReadContext, df: pl.DataFrame, runs: bool) -> ReaderOutput:
         g = lambda n: col_or_null(df, n)  # noqa: E731
         x = df.with_columns(
             num(g("ttft_s")).alias("ttft"),
@@ -128,7 +172,9 @@ class LlmperfReader:
                 self.name,
                 ctx,
                 [{"run_id": ctx.default_run_id, "metadata": {"arrival_times_known": False}}],
-            ),
+            )
+            if runs
+            else None,
         )
 
     def _summary(self, ctx: ReadContext, doc: dict) -> ReaderOutput:
