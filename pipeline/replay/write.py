@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -163,15 +162,8 @@ def _write_locked(layout: Layout, res: ReplayResult, run_id: str, key: str) -> d
 
 
 def _write_steps(layout: Layout, res: ReplayResult, run_id: str, key: str) -> int:
-    rows = [0]
-
-    def counted() -> Iterator[pl.DataFrame]:
-        for frame in res.steps_frames(run_id):
-            rows[0] += frame.height
-            yield frame
-
-    write_derived(layout, STEPS_TABLE, counted(), part=f"part-{key[:16]}")
-    return rows[0]
+    write_derived(layout, STEPS_TABLE, res.steps_frames(run_id), part=f"part-{key[:16]}")
+    return sum(len(st["t_start"]) for pr in res.pools.values() for st in pr.steps)
 
 
 def _runs_row(res: ReplayResult, run_id: str, source: str) -> pl.DataFrame:
