@@ -15,9 +15,9 @@ metrics come from running a slice's sample of arrivals (the busiest server, firs
 ``max_requests``) through :func:`pipeline.sim.simulate` -- the engine the generator uses --
 once with the baseline's sample and once with the candidate's, averaged, with:
 
-* prompt/output lengths: each request keeps its rank and takes the source slice's whole
-  distribution's value at that quantile (so the joint prompt-output ranks and the arrival order
-  are kept);
+* prompt/output lengths: each request keeps its rank and takes the source slice's mean length
+  over that rank's quantile bin (so the joint prompt-output ranks and the arrival order are
+  kept, and a short sample keeps the slice's mean and tail);
 * load: the offered load as *utilisation* of the serving deployment's capacity (the slice's rate
   over the requests per second its own deployment completes when every request waits at t = 0):
   a coalition runs at the load slice's utilisation of the coalition's capacity, so swapping the
@@ -192,13 +192,24 @@ def changed(b: Slice, c: Slice) -> dict[str, bool]:
 
 
 def _qmap(base: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """Each base value replaced by the target's value at the same rank (quantile)."""
-    if len(base) == 0 or len(target) == 0:
+    """Each base value replaced by the mean of the target's values in the same rank bin.
+
+    Rank k of n takes the mean of the sorted target over its quantile bin [k/n, (k+1)/n)
+    (fractional elements weighted), not the value at the bin's midpoint: the mapped values keep
+    the target's mean exactly, its tail included, which n midpoints miss (the top one is the
+    target's (n - 0.5)/n quantile). With n equal to the target's size it is the target itself.
+    """
+    n, m = len(base), len(target)
+    if n == 0 or m == 0:
         return base
-    rank = np.empty(len(base))
-    rank[np.argsort(base, kind="stable")] = np.arange(len(base))
-    q = (rank + 0.5) / len(base)
-    return np.quantile(np.sort(target), q, method="inverted_cdf")
+    rank = np.empty(n, dtype=np.int64)
+    rank[np.argsort(base, kind="stable")] = np.arange(n)
+    t = np.sort(np.asarray(target, dtype=np.float64))
+    cum = np.concatenate([[0.0], np.cumsum(t)])
+    edge = np.arange(n + 1) * (m / n)
+    whole = np.minimum(np.floor(edge).astype(np.int64), m - 1)
+    upto = cum[whole] + (edge - whole) * t[whole]  # sum of the first `edge` values
+    return (np.diff(upto) / (m / n))[rank]
 
 
 @dataclass
@@ -288,10 +299,10 @@ class Game:
         # the difference between the first max_requests and the whole slice (on generated
         # H100 -> A100 pairs, the prompt share moved 12-15 points between 300 and 2,000).
         b = self.seq
-        prompt = _qmap(b.base_prompt, s["prompt"].prompt)
+        prompt = np.rint(_qmap(b.base_prompt, s["prompt"].prompt))  # bin means: whole tokens
         frac = _qmap(b.base_cached / np.maximum(b.base_prompt, 1), s["prompt"].cached_frac)
         cached = np.floor(frac * prompt)
-        output = _qmap(b.base_output, s["output"].output)
+        output = np.rint(_qmap(b.base_output, s["output"].output))
         return (
             np.maximum(prompt, 1).astype(np.int64),
             np.maximum(output, 1).astype(np.int64),

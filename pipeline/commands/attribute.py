@@ -18,7 +18,8 @@ from pipeline.commands._common import (
 from pipeline.commands.options import duckdb_only, output_options, param_option, parse_params
 from pipeline.errors import DataError, UserError
 
-SHOW = ["metric", "factor", "changed", "contribution", "share"]
+# The unit beside every contribution (s, s/token, tokens/s): the metrics are mixed in one table.
+SHOW = ["metric", "unit", "factor", "changed", "contribution", "share"]
 
 
 def _summary(req: pl.DataFrame) -> pl.DataFrame:
@@ -98,14 +99,17 @@ def command(
         return
     for note in comp.notes:
         err.print(f"note: {note}", highlight=False)
+    units = dict(comp.frame.select("metric", "unit").unique().iter_rows())
     two = (
-        pl.DataFrame([{"metric": m} | v for m, v in comp.two_way.items()])
+        pl.DataFrame([{"metric": m, "unit": units.get(m)} | v for m, v in comp.two_way.items()])
         if comp.two_way
         else pl.DataFrame()
     )
     meta = comp.as_dict()
     meta.pop("attribution")
-    frames = {"attribution": comp.frame.select(SHOW), "workload_vs_efficiency": two}
+    # On the terminal `changed` gives way to the unit (80 columns; an unchanged factor shows 0).
+    show = [c for c in SHOW if fmt != "table" or c != "changed"]
+    frames = {"attribution": comp.frame.select(show), "workload_vs_efficiency": two}
     _print(frames, fmt, meta, out)
 
 
