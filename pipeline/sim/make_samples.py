@@ -22,6 +22,9 @@ MODELS = (  # (catalog key, tensor parallel GPUs)
     ("llama-3.1-70b", 4),
 )
 REQUESTS = 300
+# The demo compares the Llama-3.1-8B pair (H100 -> A100): 2,000 requests each, so that replaying
+# `--max-requests 300` against 2,000 really changes the simulated sample (issue 12, point 4).
+DEMO_MODEL, DEMO_REQUESTS = "llama-3.1-8b", 2000
 
 
 def main(folder: str = "sample_traces") -> None:
@@ -34,7 +37,7 @@ def main(folder: str = "sample_traces") -> None:
                 gpu=gpu,
                 model=model,
                 gpu_count=tp,
-                requests=REQUESTS,
+                requests=DEMO_REQUESTS if model == DEMO_MODEL else REQUESTS,
                 seed=100 * g + m,
             )
             truth = generate(spec, path)
