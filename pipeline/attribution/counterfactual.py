@@ -88,6 +88,7 @@ class Slice:
     observed: np.ndarray  # METRICS order
     notes: list[str] = field(default_factory=list)
     request_ids: frozenset[tuple[str, str]] = frozenset()
+    server_requests: int = 0  # requests of the busiest server, whose first max_requests replay
 
 
 def observed_metrics(df: pl.DataFrame) -> np.ndarray:
@@ -111,17 +112,29 @@ def observed_metrics(df: pl.DataFrame) -> np.ndarray:
 
 
 def sim_metrics(
-    arrival: np.ndarray, out: np.ndarray, first: np.ndarray, finish: np.ndarray
+    arrival: np.ndarray,
+    out: np.ndarray,
+    first: np.ndarray,
+    finish: np.ndarray,
+    length: float = 1.0,
 ) -> np.ndarray:
+    """Mean and p90 TTFT, mean TPOT and output throughput of a replay.
+
+    ``length``: how many times longer the run the replay stands for is (its server's requests
+    over the replayed ones). Throughput is output tokens over first arrival to last finish, as
+    observed; a replayed prefix has the run's drain (last arrival to last finish) once in a
+    span ``length`` times shorter, so its arrival span and tokens are scaled by ``length`` and
+    the drain kept once. With ``length`` 1 it is the plain ratio."""
     lat = latencies(arrival, first, finish, out)
     ttft, tpot = lat["ttft_s"], lat["tpot_s"][out > 1]
-    span = float(np.nanmax(finish) - arrival.min())
+    last = float(np.nanmax(finish))
+    span = float(arrival.max() - arrival.min()) * length + (last - float(arrival.max()))
     return np.array(
         [
             float(np.nanmean(ttft)),
             float(np.nanpercentile(ttft, 90)),
             float(np.nanmean(tpot)) if len(tpot) else math.nan,
-            float(out.sum()) / span if span > 0 else math.nan,
+            float(out.sum()) * length / span if span > 0 else math.nan,
         ]
     )
 
@@ -364,7 +377,8 @@ class Game:
         setup = self._setup(s, prompt, output, cached)
         prompt, output, cached, config, cost = setup
         res = simulate(arrival, prompt, output, config, cost, cached_tokens=cached)
-        return sim_metrics(arrival, output, res.first_token, res.finish)
+        length = max(b.server_requests / len(arrival), 1.0) if len(arrival) else 1.0
+        return sim_metrics(arrival, output, res.first_token, res.finish, length)
 
     def _setup(
         self, s: dict[str, Slice], prompt: np.ndarray, output: np.ndarray, cached: np.ndarray

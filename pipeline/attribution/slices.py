@@ -160,6 +160,7 @@ def build_slice(
         base_cached=base["cached_tokens"].to_numpy().astype(np.float64),
         observed=observed_metrics(df),
         request_ids=frozenset(zip(df["run_id"], df["request_id"], strict=True)),
+        server_requests=int(counts["len"][0]),
     )
     return s, [], notes
 
